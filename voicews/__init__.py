@@ -1,0 +1,3 @@
+"""voicews: realtime text-to-speech over WebSocket for voice agents."""
+
+__version__ = "0.1.0"

@@ -1,0 +1,112 @@
+"""``voicews serve`` runs the service; ``voicews say`` speaks text through a running one."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import codecs
+import logging
+import os
+import signal
+import sys
+import threading
+from collections.abc import AsyncIterator
+from dataclasses import replace
+
+from .client import RealtimeClient
+from .engines import ENGINES
+from .protocol import REALTIME_PATH
+from .server import ServerConfig, VoicewsServer
+from .session import SessionConfig
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="voicews", description=__doc__)
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    serve = commands.add_parser("serve", help="run the realtime TTS service")
+    serve.add_argument("--host", default="127.0.0.1")
+    serve.add_argument("--port", type=int, default=8765)
+    serve.add_argument("--engine", choices=sorted(ENGINES), default="piper")
+    serve.add_argument("--voice", help="Piper voice .onnx (default: bundled en_US-joe-medium)")
+    serve.add_argument("--idle-flush-ms", type=int, default=SessionConfig().idle_flush_ms)
+    serve.add_argument("--log-level", default="INFO")
+
+    say = commands.add_parser("say", help="speak text through a running service into a WAV")
+    say.add_argument("text", nargs="?", default="-", help="text, or - to stream stdin")
+    say.add_argument("-o", "--output", required=True, help="WAV file to write")
+    say.add_argument("--url", default=f"ws://127.0.0.1:8765{REALTIME_PATH}")
+    say.add_argument("--speed", type=float, help="speaking rate, 0.5 to 2.0")
+    say.add_argument(
+        "--tokens-per-s", type=float, help="send the text as word pieces at this rate"
+    )
+
+    args = parser.parse_args(argv)
+    if args.command == "serve":
+        logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(message)s")
+        config = ServerConfig(
+            host=args.host,
+            port=args.port,
+            engine=args.engine,
+            voice=args.voice,
+            session=replace(SessionConfig(), idle_flush_ms=args.idle_flush_ms),
+        )
+        asyncio.run(_serve(config))
+    else:
+        sys.exit(asyncio.run(_say(args)))
+
+
+async def _serve(config: ServerConfig) -> None:
+    server = VoicewsServer(config)
+    await server.start()
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    print(f"voicews: listening on {server.url}", flush=True)
+    await stop.wait()
+    await server.close()
+
+
+async def _say(args: argparse.Namespace) -> int:
+    async with await RealtimeClient.connect(args.url) as client:
+        if args.speed is not None:
+            await client.session_update(speed=args.speed)
+        text = _stdin_deltas() if args.text == "-" else args.text
+        turn = await client.speak(text, tokens_per_s=args.tokens_per_s, timeout=3600)
+    turn.write_wav(args.output)
+    for error in turn.errors:
+        print(f"error {error.code}: {error.message}", file=sys.stderr)
+    if turn.first_audio is None or turn.done_at is None or turn.first_delta_at is None:
+        print("no audio received", file=sys.stderr)
+        return 1
+    wall = turn.done_at - turn.first_delta_at
+    print(
+        f"first audio after {turn.first_audio * 1000:.0f} ms; "
+        f"{turn.duration:.2f} s of audio in {wall:.2f} s "
+        f"(real-time factor {wall / max(turn.duration, 1e-9):.2f}); wrote {args.output}"
+    )
+    return 1 if turn.errors else 0
+
+
+async def _stdin_deltas() -> AsyncIterator[str]:
+    """Stdin as deltas, each sent as soon as it arrives (``llm ... | voicews say``)."""
+    loop = asyncio.get_running_loop()
+    queue: asyncio.Queue[str | None] = asyncio.Queue()
+
+    def read() -> None:
+        decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        fd = sys.stdin.fileno()
+        while data := os.read(fd, 4096):
+            loop.call_soon_threadsafe(queue.put_nowait, decoder.decode(data))
+        loop.call_soon_threadsafe(queue.put_nowait, decoder.decode(b"", final=True))
+        loop.call_soon_threadsafe(queue.put_nowait, None)
+
+    threading.Thread(target=read, daemon=True).start()
+    while (delta := await queue.get()) is not None:
+        if delta:
+            yield delta
+
+
+if __name__ == "__main__":
+    main()

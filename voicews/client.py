@@ -1,0 +1,223 @@
+"""Async Python client for the realtime endpoint, used by ``voicews say``, tests and bench.
+
+>>> async with await RealtimeClient.connect("ws://127.0.0.1:8765/v1/realtime") as client:
+...     turn = await client.speak("Hello there, how can I help?")
+...     turn.write_wav("hello.wav")
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import time
+import uuid
+import wave
+from collections.abc import AsyncIterable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+from websockets.asyncio.client import ClientConnection, connect
+
+from .protocol import (
+    AudioFrame,
+    EndText,
+    Error,
+    SegmentStarted,
+    ServerEvent,
+    SessionCreated,
+    SessionUpdate,
+    TextDelta,
+    TurnDone,
+    TurnReset,
+    decode_frame,
+    encode_event,
+    parse_server_event,
+)
+
+Received = ServerEvent | AudioFrame
+_PIECE = re.compile(r"\s*[A-Za-z]+|\s*\d|\s*[^\sA-Za-z\d]+|\s+")
+
+
+def word_pieces(text: str, max_len: int = 6) -> list[str]:
+    """Split text roughly as an LLM tokenizer streams it: ``" Hel" "lo" ","`` and so on."""
+    pieces: list[str] = []
+    for match in _PIECE.finditer(text):
+        token = match.group()
+        while len(token) > max_len:
+            pieces.append(token[:4])
+            token = token[4:]
+        pieces.append(token)
+    return pieces
+
+
+@dataclass
+class SpokenTurn:
+    """Everything the server sent for one turn, with client-side timings."""
+
+    turn_id: str
+    sample_rate: int
+    pcm: bytearray = field(default_factory=bytearray)
+    frames: list[AudioFrame] = field(default_factory=list)
+    frame_times: list[float] = field(default_factory=list)
+    segments: list[SegmentStarted] = field(default_factory=list)
+    errors: list[Error] = field(default_factory=list)
+    done: TurnDone | None = None
+    first_delta_at: float | None = None
+    end_text_at: float | None = None
+    done_at: float | None = None
+
+    @property
+    def samples(self) -> int:
+        return len(self.pcm) // 2
+
+    @property
+    def duration(self) -> float:
+        return self.samples / self.sample_rate
+
+    @property
+    def first_audio(self) -> float | None:
+        """Seconds from the first text delta sent to the first audio frame received."""
+        if not self.frame_times or self.first_delta_at is None:
+            return None
+        return self.frame_times[0] - self.first_delta_at
+
+    def stall(self) -> float:
+        """Silence a listener who starts at the first frame and plays in real time hears."""
+        clock, stalled = None, 0.0
+        for at, frame in zip(self.frame_times, self.frames, strict=True):
+            if clock is None:
+                clock = at
+            elif at > clock:
+                stalled += at - clock
+                clock = at
+            clock += frame.samples / self.sample_rate
+        return stalled
+
+    def write_wav(self, path: str | Path) -> None:
+        with wave.open(str(path), "wb") as out:
+            out.setnchannels(1)
+            out.setsampwidth(2)
+            out.setframerate(self.sample_rate)
+            out.writeframes(bytes(self.pcm))
+
+
+class RealtimeClient:
+    def __init__(self, ws: ClientConnection, created: SessionCreated) -> None:
+        self.ws = ws
+        self.created = created
+
+    @classmethod
+    async def connect(cls, url: str, **kwargs: Any) -> RealtimeClient:
+        ws = await connect(url, **kwargs)
+        first = await ws.recv()
+        created = parse_server_event(str(first))
+        if not isinstance(created, SessionCreated):
+            await ws.close()
+            raise RuntimeError(f"expected session_created, got {created!r}")
+        return cls(ws, created)
+
+    async def __aenter__(self) -> RealtimeClient:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.ws.close()
+
+    @property
+    def sample_rate(self) -> int:
+        return self.created.audio.sample_rate
+
+    async def turn_reset(self, turn_id: str) -> None:
+        await self.ws.send(encode_event(TurnReset(turn_id=turn_id)))
+
+    async def text_delta(self, text: str) -> None:
+        await self.ws.send(encode_event(TextDelta(text=text)))
+
+    async def end_text(self) -> None:
+        await self.ws.send(encode_event(EndText()))
+
+    async def session_update(self, speed: float | None = None) -> None:
+        await self.ws.send(encode_event(SessionUpdate(speed=speed)))
+
+    async def recv(self, timeout: float | None = None) -> Received:
+        data = await asyncio.wait_for(self.ws.recv(), timeout)
+        if isinstance(data, bytes):
+            return decode_frame(data)
+        return parse_server_event(data)
+
+    async def speak(
+        self,
+        text: str | Iterable[str] | AsyncIterable[str],
+        turn_id: str | None = None,
+        tokens_per_s: float | None = None,
+        timeout: float = 60.0,
+    ) -> SpokenTurn:
+        """Run one whole turn: reset, stream the deltas, end, and collect until turn_done.
+
+        A plain string is sent as one delta, or as word pieces at ``tokens_per_s``.
+        """
+        turn = SpokenTurn(turn_id or uuid.uuid4().hex[:12], self.sample_rate)
+        if isinstance(text, str):
+            text = word_pieces(text) if tokens_per_s else [text]
+        await self.turn_reset(turn.turn_id)
+        sender = asyncio.create_task(self._send_deltas(turn, text, tokens_per_s))
+        try:
+            await asyncio.wait_for(self.collect(turn), timeout)
+        finally:
+            if not sender.done():
+                sender.cancel()
+        await sender
+        return turn
+
+    async def collect(self, turn: SpokenTurn) -> SpokenTurn:
+        """Receive until ``turn_done`` for ``turn``; audio of other turns is dropped."""
+        while turn.done is None:
+            item = await self.recv()
+            match item:
+                case AudioFrame() if item.turn_id == turn.turn_id:
+                    turn.frame_times.append(time.perf_counter())
+                    turn.frames.append(item)
+                    turn.pcm += item.pcm
+                case SegmentStarted() if item.turn_id == turn.turn_id:
+                    turn.segments.append(item)
+                case Error():
+                    turn.errors.append(item)
+                case TurnDone() if item.turn_id == turn.turn_id:
+                    turn.done, turn.done_at = item, time.perf_counter()
+        return turn
+
+    async def _send_deltas(
+        self,
+        turn: SpokenTurn,
+        deltas: Iterable[str] | AsyncIterable[str],
+        tokens_per_s: float | None,
+    ) -> None:
+        interval = 1.0 / tokens_per_s if tokens_per_s else 0.0
+        start = time.perf_counter()
+        sent = 0
+
+        async def send(delta: str) -> None:
+            nonlocal sent
+            if interval:
+                await asyncio.sleep(max(0.0, start + sent * interval - time.perf_counter()))
+            if turn.first_delta_at is None:
+                turn.first_delta_at = time.perf_counter()
+            await self.text_delta(delta)
+            sent += 1
+
+        if isinstance(deltas, AsyncIterable):
+            async for delta in deltas:
+                await send(delta)
+        else:
+            for delta in deltas:
+                await send(delta)
+        turn.end_text_at = time.perf_counter()
+        if turn.first_delta_at is None:
+            turn.first_delta_at = turn.end_text_at
+        await self.end_text()

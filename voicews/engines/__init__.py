@@ -1,0 +1,28 @@
+"""Speech engines behind one small interface; see :mod:`voicews.engines.base`."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from .base import Engine, SynthesisOptions
+
+ENGINES: dict[str, str] = {"piper": "voicews.engines.piper:PiperEngine"}
+
+
+def engine_factory(name: str, voice: str | None = None) -> Callable[[], Engine]:
+    """A zero-argument constructor, so the compute worker can build the engine on its thread."""
+    if name not in ENGINES:
+        raise ValueError(f"unknown engine {name!r}; choose from {', '.join(ENGINES)}")
+    module_name, _, class_name = ENGINES[name].partition(":")
+
+    def build() -> Engine:
+        import importlib
+
+        cls = getattr(importlib.import_module(module_name), class_name)
+        engine: Engine = cls(voice)
+        return engine
+
+    return build
+
+
+__all__ = ["ENGINES", "Engine", "SynthesisOptions", "engine_factory"]

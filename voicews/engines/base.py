@@ -1,0 +1,33 @@
+"""The engine contract: one text segment in, float audio chunks out. Nothing about sockets."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Protocol
+
+import numpy as np
+import numpy.typing as npt
+
+
+@dataclass(frozen=True, slots=True)
+class SynthesisOptions:
+    speed: float = 1.0
+    """Speaking rate: 2.0 is twice as fast."""
+
+
+class Engine(Protocol):
+    """A speech engine owned by the compute worker; used from that one thread only."""
+
+    name: str
+    sample_rate: int
+
+    def synthesize(
+        self, text: str, options: SynthesisOptions
+    ) -> Iterator[npt.NDArray[np.float32]]:
+        """Yield mono float32 chunks in [-1, 1] as they are computed.
+
+        The worker checks for cancellation between chunks, so an engine that can stream
+        (chunked decoding) should yield early and often.
+        """
+        ...

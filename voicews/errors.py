@@ -1,0 +1,49 @@
+"""Error codes and the one exception type that carries them to the wire.
+
+Every refusal the service makes has a code from :class:`ErrorCode`; the session and the
+protocol parser raise :class:`VoicewsError`, and the server turns it into an ``error`` event
+in one place. Anything else that escapes is reported as ``internal_error`` with no details.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class ErrorCode(StrEnum):
+    """Wire error codes. None of them closes the connection."""
+
+    INVALID_JSON = "invalid_json"
+    """A text frame that is not valid JSON (or not valid UTF-8)."""
+    INVALID_MESSAGE = "invalid_message"
+    """Valid JSON whose fields are missing, unknown, out of bounds or of the wrong type."""
+    UNKNOWN_TYPE = "unknown_type"
+    """A JSON object whose ``type`` is missing or not a client message type."""
+    BINARY_NOT_SUPPORTED = "binary_not_supported"
+    """Clients send JSON text frames only."""
+    MESSAGE_TOO_LARGE = "message_too_large"
+    """A frame over ``limits.max_message_bytes``."""
+    NO_ACTIVE_TURN = "no_active_turn"
+    """``text_delta`` or ``end_text`` before any ``turn_reset``, or after the turn was done."""
+    TURN_CLOSED = "turn_closed"
+    """``text_delta`` or ``end_text`` after the turn's ``end_text``."""
+    DUPLICATE_TURN_ID = "duplicate_turn_id"
+    """A ``turn_reset`` that reuses the id of the session's latest turn."""
+    TEXT_BACKLOG_FULL = "text_backlog_full"
+    """The delta would push unspoken text over ``limits.max_pending_text_chars``."""
+    TURN_TEXT_TOO_LONG = "turn_text_too_long"
+    """The delta would push the turn's text over ``limits.max_turn_text_chars``."""
+    SYNTHESIS_FAILED = "synthesis_failed"
+    """The engine failed on the turn's text; the turn ends, the session goes on."""
+    INTERNAL_ERROR = "internal_error"
+    """A bug on our side; details are logged, never sent."""
+
+
+class VoicewsError(Exception):
+    """A refusal with a wire code; ``turn_id`` names the turn it concerns, if any."""
+
+    def __init__(self, code: ErrorCode, message: str, turn_id: str | None = None) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.turn_id = turn_id

@@ -1,0 +1,215 @@
+"""The wire contract, version 1: pydantic models for JSON messages and the binary frame codec.
+
+Pydantic lives here, at the edge; the session and everything behind it see these models only
+as already validated values. ``python -m voicews.protocol DIR`` writes the JSON Schemas.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import msgpack
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
+
+from .errors import ErrorCode, VoicewsError
+
+PROTOCOL_VERSION = 1
+REALTIME_PATH = "/v1/realtime"
+
+TurnId = Annotated[str, Field(min_length=1, max_length=128)]
+
+
+class _Message(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+# --- client -> server -------------------------------------------------------------------
+
+
+class TurnReset(_Message):
+    """Start a turn; a turn still speaking is cut at once (barge-in)."""
+
+    type: Literal["turn_reset"] = "turn_reset"
+    turn_id: TurnId
+
+
+class TextDelta(_Message):
+    """Append text to the current turn; deltas may split anywhere, even inside a word."""
+
+    type: Literal["text_delta"] = "text_delta"
+    text: str
+
+
+class EndText(_Message):
+    """No more text for the current turn: speak the rest, then ``turn_done``."""
+
+    type: Literal["end_text"] = "end_text"
+
+
+class SessionUpdate(_Message):
+    """Change voice options; they apply from the next segment synthesized."""
+
+    type: Literal["session_update"] = "session_update"
+    speed: float | None = Field(default=None, ge=0.5, le=2.0)
+
+
+ClientMessage = Annotated[
+    TurnReset | TextDelta | EndText | SessionUpdate, Field(discriminator="type")
+]
+CLIENT_TYPES = ("turn_reset", "text_delta", "end_text", "session_update")
+_client_adapter: TypeAdapter[ClientMessage] = TypeAdapter(ClientMessage)
+
+
+# --- server -> client -------------------------------------------------------------------
+
+
+class AudioFormat(_Message):
+    sample_rate: int
+    channels: Literal[1] = 1
+    format: Literal["pcm_s16le"] = "pcm_s16le"
+
+
+class Limits(_Message):
+    """Bounds the server enforces; exceeding one gets its own error code."""
+
+    max_message_bytes: int
+    max_turn_text_chars: int
+    max_pending_text_chars: int
+    max_pending_audio_ms: int
+
+
+class SessionCreated(_Message):
+    type: Literal["session_created"] = "session_created"
+    session_id: str
+    protocol: int = PROTOCOL_VERSION
+    audio: AudioFormat
+    limits: Limits
+
+
+class SegmentStarted(_Message):
+    """A piece of text starts being spoken at ``start_sample`` of its turn."""
+
+    type: Literal["segment"] = "segment"
+    turn_id: str
+    text: str
+    start_sample: int
+
+
+class TurnDone(_Message):
+    """Sent after the turn's last audio frame; ``samples`` is the audio sent for the turn."""
+
+    type: Literal["turn_done"] = "turn_done"
+    turn_id: str
+    samples: int
+    cancelled: bool
+
+
+class Error(_Message):
+    type: Literal["error"] = "error"
+    code: ErrorCode
+    message: str
+    turn_id: str | None = None
+
+
+ServerEvent = Annotated[
+    SessionCreated | SegmentStarted | TurnDone | Error, Field(discriminator="type")
+]
+_server_adapter: TypeAdapter[ServerEvent] = TypeAdapter(ServerEvent)
+
+
+@dataclass(frozen=True, slots=True)
+class AudioFrame:
+    """One binary frame: PCM16 little-endian mono, ``start_sample`` counted from turn start."""
+
+    turn_id: str
+    seq: int
+    start_sample: int
+    pcm: bytes
+
+    @property
+    def samples(self) -> int:
+        return len(self.pcm) // 2
+
+
+# --- codecs -----------------------------------------------------------------------------
+
+
+def parse_client_message(data: str | bytes) -> ClientMessage:
+    """Validate one client frame, raising :class:`VoicewsError` with the precise code."""
+    if isinstance(data, bytes):
+        raise VoicewsError(
+            ErrorCode.BINARY_NOT_SUPPORTED, "binary frames are not accepted; send JSON text"
+        )
+    try:
+        obj = json.loads(data)
+    except ValueError as exc:
+        raise VoicewsError(ErrorCode.INVALID_JSON, f"not valid JSON: {exc}") from None
+    if not isinstance(obj, dict):
+        raise VoicewsError(ErrorCode.INVALID_MESSAGE, "a message must be a JSON object")
+    kind = obj.get("type")
+    if kind not in CLIENT_TYPES:
+        raise VoicewsError(
+            ErrorCode.UNKNOWN_TYPE,
+            f"unknown message type {kind!r}; expected one of {', '.join(CLIENT_TYPES)}",
+        )
+    try:
+        return _client_adapter.validate_python(obj)
+    except ValidationError as exc:
+        raise VoicewsError(ErrorCode.INVALID_MESSAGE, _describe(exc)) from None
+
+
+def _describe(exc: ValidationError) -> str:
+    parts = []
+    for err in exc.errors(include_url=False):
+        where = ".".join(str(p) for p in err["loc"][1:]) or "message"
+        parts.append(f"{where}: {err['msg']}")
+    return "; ".join(parts)
+
+
+def encode_event(event: BaseModel) -> str:
+    return event.model_dump_json(exclude_none=True)
+
+
+def parse_server_event(data: str) -> ServerEvent:
+    return _server_adapter.validate_json(data)
+
+
+def encode_frame(frame: AudioFrame) -> bytes:
+    return msgpack.packb(
+        {
+            "turn_id": frame.turn_id,
+            "seq": frame.seq,
+            "start_sample": frame.start_sample,
+            "pcm": frame.pcm,
+        },
+        use_bin_type=True,
+    )
+
+
+def decode_frame(data: bytes) -> AudioFrame:
+    obj: Any = msgpack.unpackb(data, raw=False)
+    return AudioFrame(
+        turn_id=obj["turn_id"], seq=obj["seq"], start_sample=obj["start_sample"], pcm=obj["pcm"]
+    )
+
+
+def json_schemas() -> dict[str, dict[str, Any]]:
+    """JSON Schemas of both directions, as committed under ``protocol/schema/``."""
+    return {
+        "client_message.schema.json": _client_adapter.json_schema(),
+        "server_event.schema.json": _server_adapter.json_schema(),
+    }
+
+
+def write_schemas(directory: Path) -> None:
+    directory.mkdir(parents=True, exist_ok=True)
+    for name, schema in json_schemas().items():
+        (directory / name).write_text(json.dumps(schema, indent=2, sort_keys=True) + "\n")
+
+
+if __name__ == "__main__":
+    write_schemas(Path(sys.argv[1] if len(sys.argv) > 1 else "protocol/schema"))

@@ -1,0 +1,210 @@
+"""Text deltas in, speakable segments out: eager for the first audio, natural after it.
+
+Pure and clock-free: the session decides how urgent the next cut is (it knows how much audio
+the listener has left) and asks for a segment with that :class:`Urgency`. A cut is only ever
+made where the text has confirmed it: a word ends when whitespace follows it, so ``3.`` waiting
+for ``14`` or ``Dr.`` waiting for `` Smith`` is never split.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from enum import Enum, IntEnum
+
+_CLOSERS = "\"')]}»”’"
+_OPENERS = "\"'([{«“‘"
+_SENTENCE_END = ".!?…"
+_CLAUSE_END = ",;:"
+_DASHES = ("-", "–", "—")
+# Early confirmation: a comma right after a letter is a clause end even before the next
+# token arrives (a comma inside a number or URL has no letter before it, or is URL-like).
+_EARLY_CLAUSE_END = ",;"
+_ABBREVIATIONS = frozenset(
+    "mr mrs ms dr prof sr jr st vs etc no nos approx inc ltd co corp mt ft fig vol dept est "
+    "gen gov sen rep capt lt col sgt jan feb mar apr jun jul aug sep sept oct nov dec cf al "
+    "ph.d".split()
+)
+_DOTTED = re.compile(r"(?:[a-z]\.)+[a-z]")  # e.g, i.e, u.s.a, a.m
+_URL_LIKE = re.compile(r"://|@|/|www\.|\w\.\w")
+_TOKEN = re.compile(r"\S+")
+
+
+class Boundary(IntEnum):
+    """How strongly a segment's end separates it from the next: sets the pause after it."""
+
+    WORD = 1
+    CLAUSE = 2
+    SENTENCE = 3
+
+
+class Urgency(Enum):
+    """How hard the session needs the next segment."""
+
+    FIRST = "first"
+    """Turn start: the first clause, or the first few words, whichever comes first."""
+    RELAXED = "relaxed"
+    """Audio in hand: wait for a sentence end (or a clause once the text grows long)."""
+    URGENT = "urgent"
+    """The listener is about to run dry: the best boundary there is (sentence, clause, word)."""
+    FLUSH = "flush"
+    """Text paused (idle) or ended: everything pending, up to the length cap."""
+
+
+@dataclass(frozen=True, slots=True)
+class Segment:
+    text: str
+    boundary: Boundary
+
+
+@dataclass(frozen=True, slots=True)
+class SegmenterConfig:
+    first_words: int = 2
+    """Words in the first segment when no clause boundary comes sooner."""
+    max_chars: int = 250
+    """Longest segment, so one job never holds the compute worker for long."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Cut:
+    end: int  # index in the buffer just after the token
+    boundary: Boundary
+    words: int  # tokens before the cut
+    chars: int  # length of the stripped segment text
+
+
+class Segmenter:
+    """Accumulates one turn's text and hands out segments on request."""
+
+    def __init__(self, config: SegmenterConfig | None = None) -> None:
+        self.config = config or SegmenterConfig()
+        self._buf = ""
+        self._closed = False
+
+    def feed(self, text: str) -> None:
+        if self._closed:
+            raise RuntimeError("feed() after close()")
+        self._buf += text
+
+    def close(self) -> None:
+        """No more text: the end of the buffer becomes a sentence boundary."""
+        self._closed = True
+
+    @property
+    def pending_chars(self) -> int:
+        return len(self._buf)
+
+    @property
+    def has_text(self) -> bool:
+        return bool(self._buf.strip())
+
+    def next_segment(self, urgency: Urgency) -> Segment | None:
+        if not self.has_text:
+            self._buf = ""
+            return None
+        cuts = self._cuts()
+        cap = self.config.max_chars
+        if urgency is Urgency.FIRST:
+            for cut in cuts:
+                if cut.boundary >= Boundary.CLAUSE or cut.words >= self.config.first_words:
+                    return self._take(cut) if cut.chars <= cap else self._oversize(cuts)
+        fitting = [c for c in cuts if c.chars <= cap]
+        sentence = next((c for c in fitting if c.boundary is Boundary.SENTENCE), None)
+        if sentence is not None:
+            return self._take(sentence)
+        over_cap = len(self._buf.strip()) > cap
+        if urgency is Urgency.FLUSH:
+            if not over_cap:
+                return self._take_all()
+            return self._oversize(cuts)
+        if urgency is Urgency.URGENT or over_cap:
+            best = self._best(fitting)
+            if best is not None:
+                return self._take(best)
+            if over_cap:
+                return self._oversize(cuts)
+        return None
+
+    @staticmethod
+    def _best(cuts: list[_Cut]) -> _Cut | None:
+        """The longest piece ending at a clause, else at a word."""
+        clauses = [c for c in cuts if c.boundary >= Boundary.CLAUSE]
+        if clauses:
+            return clauses[-1]
+        return cuts[-1] if cuts else None
+
+    def _oversize(self, cuts: list[_Cut]) -> Segment:
+        """Over the cap with no cut inside it: the first cut, else a hard cut at the cap."""
+        best = self._best([c for c in cuts if c.chars <= self.config.max_chars])
+        if best is not None:
+            return self._take(best)
+        if cuts:
+            return self._take(cuts[0])
+        text = self._buf.lstrip()
+        cap = self.config.max_chars
+        self._buf = text[cap:]
+        return Segment(text[:cap], Boundary.WORD)
+
+    def _take(self, cut: _Cut) -> Segment:
+        text = self._buf[: cut.end].strip()
+        self._buf = self._buf[cut.end :].lstrip()
+        return Segment(text, cut.boundary)
+
+    def _take_all(self) -> Segment:
+        text = self._buf.strip()
+        self._buf = ""
+        boundary = _classify(text.split()[-1]) or Boundary.WORD
+        return Segment(text, boundary)
+
+    def _cuts(self) -> list[_Cut]:
+        """Every confirmed place the buffer may be cut, in order."""
+        buf = self._buf
+        lead = len(buf) - len(buf.lstrip())
+        cuts: list[_Cut] = []
+        for words, match in enumerate(_TOKEN.finditer(buf), start=1):
+            token, end = match.group(), match.end()
+            if end < len(buf):
+                boundary = _classify(token)
+                if boundary is not None and "\n" in buf[end : end + 2]:
+                    boundary = Boundary.SENTENCE
+            elif self._closed:
+                boundary = Boundary.SENTENCE
+            else:
+                boundary = _early_boundary(token)
+            if boundary is not None:
+                cuts.append(_Cut(end, boundary, words, end - lead))
+        return cuts
+
+
+def _classify(token: str) -> Boundary | None:
+    """The boundary after a complete token, or None where no cut may be made."""
+    core = token.rstrip(_CLOSERS)
+    if not core:
+        return Boundary.WORD
+    last = core[-1]
+    if last in _SENTENCE_END:
+        if last == "." and not core.endswith("..") and _is_abbreviation(core):
+            return None
+        return Boundary.SENTENCE
+    if last in _CLAUSE_END or core in _DASHES or last in "–—":
+        return Boundary.CLAUSE
+    return Boundary.WORD
+
+
+def _early_boundary(token: str) -> Boundary | None:
+    """A clause end the last, still growing token already confirms (``there,``)."""
+    if (
+        len(token) >= 2
+        and token[-1] in _EARLY_CLAUSE_END
+        and token[-2].isalpha()
+        and not _URL_LIKE.search(token)
+    ):
+        return Boundary.CLAUSE
+    return None
+
+
+def _is_abbreviation(core: str) -> bool:
+    word = core[:-1].lstrip(_OPENERS).lower()
+    if len(word) == 1:
+        return word.isalpha()  # an initial: "J. Smith"
+    return word in _ABBREVIATIONS or bool(_DOTTED.fullmatch(word))

@@ -1,0 +1,373 @@
+"""One connection's realtime session as a sans-I/O state machine.
+
+Messages and synthesis results go in with the current time; events, audio frames (in
+``outbox``), synthesis requests and cancellations come out. No sockets, threads or clocks:
+the server moves the bytes, the compute worker runs the requests, tests drive it directly.
+
+Turn lifecycle: ``turn_reset`` -> ``text_delta``* -> ``end_text`` -> drain -> ``turn_done``.
+A ``turn_reset`` while a turn is live is a barge-in: its queued audio is dropped, its
+synthesis is cancelled, and it ends at once with ``turn_done`` ``cancelled: true``.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections import deque
+from dataclasses import dataclass, field, replace
+
+from .audio import Audio, StitchConfig, Stitcher, frames, to_pcm16
+from .engines.base import SynthesisOptions
+from .errors import ErrorCode, VoicewsError
+from .protocol import (
+    AudioFormat,
+    AudioFrame,
+    ClientMessage,
+    EndText,
+    Error,
+    Limits,
+    SegmentStarted,
+    SessionCreated,
+    SessionUpdate,
+    TextDelta,
+    TurnDone,
+    TurnReset,
+)
+from .segmenter import Segment, SegmenterConfig, Segmenter, Urgency
+
+Outgoing = SessionCreated | SegmentStarted | TurnDone | Error | AudioFrame
+
+
+@dataclass(frozen=True, slots=True)
+class SessionConfig:
+    max_message_bytes: int = 64 * 1024
+    max_turn_text_chars: int = 20_000
+    max_pending_text_chars: int = 4_000
+    max_pending_audio_ms: int = 2_000
+    """Audio queued for a socket beyond this pauses the session's synthesis."""
+    frame_ms: int = 40
+    idle_flush_ms: int = 500
+    """Text that stops arriving mid-sentence (without ``end_text``) is spoken after this."""
+    stall_guard_ms: int = 400
+    """Cut at the best boundary at hand once the listener has less audio than this left."""
+    segmenter: SegmenterConfig = field(default_factory=SegmenterConfig)
+    stitch: StitchConfig = field(default_factory=StitchConfig)
+
+    def limits(self) -> Limits:
+        return Limits(
+            max_message_bytes=self.max_message_bytes,
+            max_turn_text_chars=self.max_turn_text_chars,
+            max_pending_text_chars=self.max_pending_text_chars,
+            max_pending_audio_ms=self.max_pending_audio_ms,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class SynthesisRequest:
+    """A segment for the compute worker; ``deadline`` is when the listener runs dry."""
+
+    job_id: int
+    turn_id: str
+    text: str
+    options: SynthesisOptions
+    first: bool
+    deadline: float
+
+
+@dataclass
+class _Turn:
+    id: str
+    segmenter: Segmenter
+    stitcher: Stitcher
+    last_delta: float
+    closed: bool = False
+    text_chars: int = 0
+    job: SynthesisRequest | None = None
+    segment: Segment | None = None
+    announced: bool = False
+    first_submitted: bool = False
+    seq: int = 0
+    samples_queued: int = 0
+    samples_sent: int = 0
+    play_end: float | None = None  # when a real-time listener runs out of audio
+
+
+class Session:
+    def __init__(self, session_id: str, sample_rate: int, config: SessionConfig) -> None:
+        self.id = session_id
+        self.config = config
+        self.sample_rate = sample_rate
+        self.outbox: deque[Outgoing] = deque()
+        self._outbox_samples = 0
+        self._frame_samples = max(1, sample_rate * config.frame_ms // 1000)
+        self._max_pending = sample_rate * config.max_pending_audio_ms // 1000
+        self._options = SynthesisOptions()
+        self._turn: _Turn | None = None
+        self._last_turn_id: str | None = None
+        self._job_ids = itertools.count(1)
+        self._submissions: list[SynthesisRequest] = []
+        self._cancellations: list[int] = []
+
+    # --- inputs ---------------------------------------------------------------------------
+
+    def created(self) -> SessionCreated:
+        return SessionCreated(
+            session_id=self.id,
+            audio=AudioFormat(sample_rate=self.sample_rate),
+            limits=self.config.limits(),
+        )
+
+    def handle(self, message: ClientMessage, now: float) -> None:
+        """Apply one client message; a refusal becomes an ``error`` event in the outbox."""
+        try:
+            match message:
+                case TurnReset():
+                    self._turn_reset(message.turn_id, now)
+                case TextDelta():
+                    self._text_delta(message.text, now)
+                case EndText():
+                    self._end_text(now)
+                case SessionUpdate():
+                    if message.speed is not None:
+                        self._options = replace(self._options, speed=message.speed)
+        except VoicewsError as exc:
+            self.report(exc)
+
+    def report(self, exc: VoicewsError) -> None:
+        self.outbox.append(Error(code=exc.code, message=exc.message, turn_id=exc.turn_id))
+
+    def on_audio(self, job_id: int, audio: Audio, now: float) -> None:
+        turn = self._job_turn(job_id)
+        if turn is not None:
+            self._emit(turn, turn.stitcher.push(audio))
+
+    def on_done(self, job_id: int, now: float) -> None:
+        turn = self._job_turn(job_id)
+        if turn is None or turn.segment is None:
+            return
+        self._emit(turn, turn.stitcher.end_segment(turn.segment.boundary))
+        turn.job = turn.segment = None
+        self._pump(now)
+
+    def on_failed(self, job_id: int, message: str, now: float) -> None:
+        turn = self._job_turn(job_id)
+        if turn is None:
+            return
+        self.report(
+            VoicewsError(ErrorCode.SYNTHESIS_FAILED, f"synthesis failed: {message}", turn.id)
+        )
+        turn.job = None
+        self._finish(turn, cancelled=True)
+
+    def tick(self, now: float) -> None:
+        """Time passed: idle flush and stall guard deadlines may have come."""
+        self._pump(now)
+
+    def close(self) -> None:
+        """The connection is gone: cancel synthesis and drop everything queued."""
+        if self._turn is not None and self._turn.job is not None:
+            self._cancellations.append(self._turn.job.job_id)
+        self._turn = None
+        self.outbox.clear()
+        self._outbox_samples = 0
+
+    # --- outputs --------------------------------------------------------------------------
+
+    def pop(self, now: float) -> Outgoing | None:
+        """The next thing to send; call it when the socket can take more."""
+        if not self.outbox:
+            return None
+        item = self.outbox.popleft()
+        if isinstance(item, AudioFrame):
+            self._outbox_samples -= item.samples
+            turn = self._turn
+            if turn is not None and turn.id == item.turn_id:
+                turn.samples_sent += item.samples
+                start = now if turn.play_end is None else max(turn.play_end, now)
+                turn.play_end = start + item.samples / self.sample_rate
+            self._pump(now)
+        return item
+
+    def take_submissions(self) -> list[SynthesisRequest]:
+        out, self._submissions = self._submissions, []
+        return out
+
+    def take_cancellations(self) -> list[int]:
+        out, self._cancellations = self._cancellations, []
+        return out
+
+    def wakeup_at(self, now: float) -> float | None:
+        """When ``tick`` should next be called, if nothing else happens first."""
+        turn = self._turn
+        if turn is None or turn.job is not None or turn.closed or self._paused:
+            return None
+        if not turn.segmenter.has_text:
+            return None
+        times = [turn.last_delta + self.config.idle_flush_ms / 1000]
+        if turn.play_end is not None:
+            urgent = turn.play_end - self.config.stall_guard_ms / 1000
+            if urgent > now:
+                times.append(urgent)
+        return min(times)
+
+    @property
+    def pending_audio_samples(self) -> int:
+        return self._outbox_samples
+
+    @property
+    def _paused(self) -> bool:
+        return self._outbox_samples >= self._max_pending
+
+    # --- the machine ----------------------------------------------------------------------
+
+    def _turn_reset(self, turn_id: str, now: float) -> None:
+        if turn_id == self._last_turn_id:
+            raise VoicewsError(
+                ErrorCode.DUPLICATE_TURN_ID,
+                f"turn_id {turn_id!r} is the latest turn's; use a new id per turn",
+                turn_id,
+            )
+        old = self._turn
+        if old is not None:
+            if old.job is not None:
+                self._cancellations.append(old.job.job_id)
+            self._drop_queued(old.id)
+            self.outbox.append(TurnDone(turn_id=old.id, samples=old.samples_sent, cancelled=True))
+        self._last_turn_id = turn_id
+        self._turn = _Turn(
+            id=turn_id,
+            segmenter=Segmenter(self.config.segmenter),
+            stitcher=Stitcher(self.sample_rate, self.config.stitch),
+            last_delta=now,
+        )
+
+    def _text_delta(self, text: str, now: float) -> None:
+        turn = self._open_turn("text_delta")
+        if turn.text_chars + len(text) > self.config.max_turn_text_chars:
+            raise VoicewsError(
+                ErrorCode.TURN_TEXT_TOO_LONG,
+                f"turn text would exceed {self.config.max_turn_text_chars} characters; "
+                "delta refused",
+                turn.id,
+            )
+        if turn.segmenter.pending_chars + len(text) > self.config.max_pending_text_chars:
+            raise VoicewsError(
+                ErrorCode.TEXT_BACKLOG_FULL,
+                f"unspoken text would exceed {self.config.max_pending_text_chars} characters; "
+                "delta refused, send it again once audio has been read",
+                turn.id,
+            )
+        turn.segmenter.feed(text)
+        turn.text_chars += len(text)
+        turn.last_delta = now
+        self._pump(now)
+
+    def _end_text(self, now: float) -> None:
+        turn = self._open_turn("end_text")
+        turn.closed = True
+        turn.segmenter.close()
+        self._pump(now)
+
+    def _open_turn(self, what: str) -> _Turn:
+        turn = self._turn
+        if turn is None:
+            hint = (
+                f"turn {self._last_turn_id!r} is done"
+                if self._last_turn_id
+                else "no turn was started"
+            )
+            raise VoicewsError(
+                ErrorCode.NO_ACTIVE_TURN, f"{what} refused: {hint}; send turn_reset first"
+            )
+        if turn.closed:
+            raise VoicewsError(
+                ErrorCode.TURN_CLOSED,
+                f"{what} refused: end_text was already sent for turn {turn.id!r}",
+                turn.id,
+            )
+        return turn
+
+    def _pump(self, now: float) -> None:
+        """Submit the next segment if the turn can take one, and end a drained turn."""
+        turn = self._turn
+        if turn is None or turn.job is not None:
+            return
+        if not self._paused:
+            segment = turn.segmenter.next_segment(self._urgency(turn, now))
+            if segment is not None:
+                self._submit(turn, segment, now)
+                return
+        if turn.closed and not turn.segmenter.has_text:
+            self._finish(turn, cancelled=False)
+
+    def _urgency(self, turn: _Turn, now: float) -> Urgency:
+        idle = not turn.closed and now - turn.last_delta >= self.config.idle_flush_ms / 1000
+        if not turn.first_submitted:
+            return Urgency.FLUSH if idle else Urgency.FIRST
+        if idle:
+            return Urgency.FLUSH
+        if self._ahead(turn, now) < self.config.stall_guard_ms / 1000:
+            return Urgency.URGENT
+        return Urgency.RELAXED
+
+    def _ahead(self, turn: _Turn, now: float) -> float:
+        """Seconds of audio the listener has left, counting audio not yet sent."""
+        played = 0.0 if turn.play_end is None else max(turn.play_end - now, 0.0)
+        return played + self._outbox_samples / self.sample_rate
+
+    def _submit(self, turn: _Turn, segment: Segment, now: float) -> None:
+        first = not turn.first_submitted
+        request = SynthesisRequest(
+            job_id=next(self._job_ids),
+            turn_id=turn.id,
+            text=segment.text,
+            options=self._options,
+            first=first,
+            deadline=now if first or turn.play_end is None else turn.play_end,
+        )
+        turn.job, turn.segment, turn.announced = request, segment, False
+        turn.first_submitted = True
+        turn.stitcher.begin_segment()
+        self._submissions.append(request)
+
+    def _job_turn(self, job_id: int) -> _Turn | None:
+        """The turn a result belongs to; None for results of cancelled jobs."""
+        turn = self._turn
+        if turn is None or turn.job is None or turn.job.job_id != job_id:
+            return None
+        return turn
+
+    def _emit(self, turn: _Turn, audio: Audio) -> None:
+        if audio.size == 0:
+            return
+        if not turn.announced and turn.segment is not None:
+            self.outbox.append(
+                SegmentStarted(
+                    turn_id=turn.id, text=turn.segment.text, start_sample=turn.samples_queued
+                )
+            )
+            turn.announced = True
+        for pcm in frames(to_pcm16(audio), self._frame_samples):
+            frame = AudioFrame(turn.id, turn.seq, turn.samples_queued, pcm)
+            turn.seq += 1
+            turn.samples_queued += frame.samples
+            self._outbox_samples += frame.samples
+            self.outbox.append(frame)
+
+    def _finish(self, turn: _Turn, cancelled: bool) -> None:
+        """End a turn whose queued audio still goes out (drained, or stopped by a failure)."""
+        self._emit(turn, turn.stitcher.finish())
+        self.outbox.append(
+            TurnDone(turn_id=turn.id, samples=turn.samples_queued, cancelled=cancelled)
+        )
+        self._turn = None
+
+    def _drop_queued(self, turn_id: str) -> None:
+        """Barge-in: the old turn's unsent audio and segment events go; errors stay."""
+        kept: deque[Outgoing] = deque()
+        for item in self.outbox:
+            if isinstance(item, AudioFrame | SegmentStarted) and item.turn_id == turn_id:
+                if isinstance(item, AudioFrame):
+                    self._outbox_samples -= item.samples
+                continue
+            kept.append(item)
+        self.outbox = kept

@@ -1,0 +1,162 @@
+"""The compute worker: one thread owns the engine and runs every session's synthesis.
+
+Jobs are scheduled by urgency, one engine chunk at a time: a turn's first segment goes before
+any later segment, and later segments go in order of playback deadline (the session whose
+listener runs dry first). A running job is resumed chunk by chunk from its generator, so a
+first segment arriving mid-job overtakes it at the next chunk. Each session has at most one
+job queued, so the queue is bounded by the number of sessions.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+
+import numpy as np
+import numpy.typing as npt
+
+from .engines.base import Engine, SynthesisOptions
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class JobAudio:
+    audio: npt.NDArray[np.float32]
+
+
+@dataclass(frozen=True, slots=True)
+class JobDone:
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class JobFailed:
+    message: str
+
+
+JobEvent = JobAudio | JobDone | JobFailed
+
+
+@dataclass(eq=False)
+class Job:
+    """One segment to synthesize; ``on_event`` is called on the worker thread."""
+
+    text: str
+    options: SynthesisOptions
+    first: bool
+    deadline: float
+    on_event: Callable[[JobEvent], None]
+    cancelled: bool = False
+    _chunks: Iterator[npt.NDArray[np.float32]] | None = field(default=None, repr=False)
+
+
+@dataclass(slots=True)
+class WorkerStats:
+    jobs_done: int = 0
+    jobs_failed: int = 0
+    busy_seconds: float = 0.0
+
+
+class ComputeWorker:
+    """Start it once; ``submit`` and ``cancel`` are safe from any thread."""
+
+    def __init__(self, engine_factory: Callable[[], Engine]) -> None:
+        self._factory = engine_factory
+        self._heap: list[tuple[int, float, int, Job]] = []
+        self._seq = itertools.count()
+        self._cond = threading.Condition()
+        self._stopping = False
+        self._ready = threading.Event()
+        self._load_error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name="voicews-compute", daemon=True)
+        self.engine_name = ""
+        self.sample_rate = 0
+        self.stats = WorkerStats()
+
+    def start(self) -> None:
+        """Start the thread and wait until it has built the engine."""
+        self._thread.start()
+        self._ready.wait()
+        if self._load_error is not None:
+            raise RuntimeError(f"engine failed to load: {self._load_error}") from self._load_error
+
+    def stop(self) -> None:
+        with self._cond:
+            self._stopping = True
+            self._cond.notify()
+        self._thread.join()
+
+    def submit(self, job: Job) -> None:
+        with self._cond:
+            self._push(job)
+            self._cond.notify()
+
+    @staticmethod
+    def cancel(job: Job) -> None:
+        """Stop a job: it is skipped if queued, and stopped at its next chunk if running."""
+        job.cancelled = True
+
+    @property
+    def queued(self) -> int:
+        return len(self._heap)
+
+    def _push(self, job: Job) -> None:
+        heapq.heappush(self._heap, (0 if job.first else 1, job.deadline, next(self._seq), job))
+
+    def _run(self) -> None:
+        try:
+            engine = self._factory()
+            self.engine_name, self.sample_rate = engine.name, engine.sample_rate
+        except BaseException as exc:
+            self._load_error = exc
+            self._ready.set()
+            return
+        self._ready.set()
+        while True:
+            with self._cond:
+                while not self._heap and not self._stopping:
+                    self._cond.wait()
+                if self._stopping:
+                    return
+                job = heapq.heappop(self._heap)[3]
+            if job.cancelled:
+                _close(job)
+                continue
+            started = time.perf_counter()
+            if self._step(engine, job):
+                with self._cond:
+                    self._push(job)
+            self.stats.busy_seconds += time.perf_counter() - started
+
+    def _step(self, engine: Engine, job: Job) -> bool:
+        """Run one chunk of ``job``; True if it has more to do."""
+        try:
+            if job._chunks is None:
+                job._chunks = engine.synthesize(job.text, job.options)
+            audio = next(job._chunks, None)
+        except Exception as exc:
+            log.exception("synthesis failed for %r", job.text[:80])
+            self.stats.jobs_failed += 1
+            job.on_event(JobFailed(f"{type(exc).__name__}: {exc}"))
+            return False
+        if job.cancelled:
+            _close(job)
+            return False
+        if audio is None:
+            self.stats.jobs_done += 1
+            job.on_event(JobDone())
+            return False
+        job.on_event(JobAudio(audio))
+        return True
+
+
+def _close(job: Job) -> None:
+    """Close a cancelled job's generator here, on the thread that owns the engine."""
+    if job._chunks is not None:
+        job._chunks.close()
