@@ -163,12 +163,12 @@ class Segmenter:
         cuts: list[_Cut] = []
         for words, match in enumerate(_TOKEN.finditer(buf), start=1):
             token, end = match.group(), match.end()
-            if end < len(buf):
+            if self._closed and not buf[end:].strip():
+                boundary = Boundary.SENTENCE
+            elif end < len(buf):
                 boundary = _classify(token)
                 if boundary is not None and "\n" in buf[end : end + 2]:
                     boundary = Boundary.SENTENCE
-            elif self._closed:
-                boundary = Boundary.SENTENCE
             else:
                 boundary = _early_boundary(token)
             if boundary is not None:

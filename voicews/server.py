@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import socket
 import uuid
 from dataclasses import dataclass, field
 from functools import partial
@@ -42,6 +43,9 @@ class ServerConfig:
     port: int = 8765
     engine: str = "piper"
     voice: str | None = None
+    socket_send_buffer: int = 128 * 1024
+    """Kernel send buffer per socket. Small, so a slow reader's backlog stays in our bounded
+    queue (where barge-in can drop it) rather than in seconds of unretractable kernel buffer."""
     session: SessionConfig = field(default_factory=SessionConfig)
 
 
@@ -104,6 +108,9 @@ class VoicewsServer:
         return None
 
     async def _handle(self, ws: ServerConnection) -> None:
+        sock = ws.transport.get_extra_info("socket")
+        if sock is not None:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, self.config.socket_send_buffer)
         session = Session(uuid.uuid4().hex, self.worker.sample_rate, self.config.session)
         self.sessions[session.id] = session
         log.info("session %s opened from %s", session.id, ws.remote_address)

@@ -1,0 +1,42 @@
+"""Fixtures: a real voicews server on a free loopback port, speaking with the bundled voice."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import AsyncIterator
+from dataclasses import replace
+
+import pytest
+
+from voicews.client import RealtimeClient
+from voicews.server import ServerConfig, VoicewsServer
+from voicews.session import SessionConfig
+
+# Slow machines: VOICEWS_TIMEOUT_SCALE=3 triples every wait in the suite.
+TIMEOUT_SCALE = float(os.environ.get("VOICEWS_TIMEOUT_SCALE", "1"))
+
+
+def timeout(seconds: float) -> float:
+    return seconds * TIMEOUT_SCALE
+
+
+# Small socket buffers so a slow reader's backlog reaches the session queue within seconds.
+TEST_CONFIG = ServerConfig(
+    port=0,
+    socket_send_buffer=32 * 1024,
+    session=replace(SessionConfig(), max_pending_text_chars=2_000, max_turn_text_chars=8_000),
+)
+
+
+@pytest.fixture(scope="session")
+async def server() -> AsyncIterator[VoicewsServer]:
+    srv = VoicewsServer(TEST_CONFIG)
+    await srv.start()
+    yield srv
+    await srv.close()
+
+
+@pytest.fixture
+async def client(server: VoicewsServer) -> AsyncIterator[RealtimeClient]:
+    async with await RealtimeClient.connect(server.url) as c:
+        yield c

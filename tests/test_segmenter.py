@@ -1,0 +1,145 @@
+from __future__ import annotations
+
+import pytest
+
+from voicews.segmenter import Boundary, Segmenter, SegmenterConfig, Urgency
+
+
+def feed_all(seg: Segmenter, *deltas: str) -> None:
+    for d in deltas:
+        seg.feed(d)
+
+
+def drain(seg: Segmenter, urgency: Urgency = Urgency.RELAXED) -> list[str]:
+    out = []
+    while (s := seg.next_segment(urgency)) is not None:
+        out.append(s.text)
+    return out
+
+
+def test_first_segment_cuts_at_first_clause_before_next_token() -> None:
+    seg = Segmenter()
+    feed_all(seg, "Hel", "lo the", "re")
+    assert seg.next_segment(Urgency.FIRST) is None  # "there" may still grow
+    seg.feed(",")
+    first = seg.next_segment(Urgency.FIRST)
+    assert first is not None
+    assert (first.text, first.boundary) == ("Hello there,", Boundary.CLAUSE)
+
+
+def test_first_segment_after_a_few_words_without_punctuation() -> None:
+    seg = Segmenter(SegmenterConfig(first_words=3))
+    feed_all(seg, "so what we", " want to do")
+    first = seg.next_segment(Urgency.FIRST)
+    assert first is not None
+    assert (first.text, first.boundary) == ("so what we", Boundary.WORD)
+    assert seg.next_segment(Urgency.RELAXED) is None
+
+
+def test_relaxed_waits_for_sentence_end() -> None:
+    seg = Segmenter()
+    seg.feed("It is sunny, warm and")
+    assert seg.next_segment(Urgency.RELAXED) is None
+    seg.feed(" bright. Tomorrow")
+    got = seg.next_segment(Urgency.RELAXED)
+    assert got is not None and got.text == "It is sunny, warm and bright."
+    assert got.boundary is Boundary.SENTENCE
+    assert seg.next_segment(Urgency.RELAXED) is None
+
+
+def test_urgent_prefers_clause_then_word() -> None:
+    seg = Segmenter()
+    seg.feed("It is sunny, warm and bri")
+    got = seg.next_segment(Urgency.URGENT)
+    assert got is not None and got.text == "It is sunny,"
+    seg.feed("ght in the")
+    got = seg.next_segment(Urgency.URGENT)
+    assert got is not None and (got.text, got.boundary) == ("warm and bright in", Boundary.WORD)
+
+
+@pytest.mark.parametrize(
+    ("text", "span"),
+    [
+        ("Dr. Smith will see you.", "Dr. Smith"),
+        ("Pi is 3.14159 roughly.", "3.14159"),
+        ("It costs 1,000 dollars.", "1,000"),
+        ("Use fruit, e.g. apples.", "e.g. apples"),
+        ("Go to https://example.com/a?b=1, then stop.", "https://example.com/a?b=1,"),
+        ("Mail me at someone@example.com please.", "someone@example.com"),
+        ("The U.S. team won.", "U.S. team"),
+        ("J. R. Tolkien wrote it.", "J. R. Tolkien"),
+    ],
+)
+def test_never_cuts_inside_numbers_abbreviations_or_urls(text: str, span: str) -> None:
+    """Split the text into deltas at every point and ask for segments at every chance."""
+    for split in range(1, len(text)):
+        seg = Segmenter(SegmenterConfig(first_words=1))
+        pieces: list[str] = []
+        for delta in (text[:split], text[split:]):
+            seg.feed(delta)
+            while (s := seg.next_segment(Urgency.URGENT)) is not None:
+                pieces.append(s.text)
+        seg.close()
+        pieces += drain(seg)
+        assert " ".join(pieces) == text
+        assert any(span in piece for piece in pieces), (split, pieces)
+
+
+def test_protected_spans_stay_whole_in_small_deltas() -> None:
+    text = "Dr. Smith paid $3.14 for e.g. apples at example.com/shop, twice."
+    for step in range(1, 6):
+        seg = Segmenter(SegmenterConfig(first_words=1))
+        pieces: list[str] = []
+        for i in range(0, len(text), step):
+            seg.feed(text[i : i + step])
+            while (s := seg.next_segment(Urgency.URGENT)) is not None:
+                pieces.append(s.text)
+        seg.close()
+        pieces += drain(seg)
+        assert " ".join(pieces) == text
+        for span in ("Dr. Smith", "$3.14", "e.g. apples", "example.com/shop,"):
+            assert any(span in p for p in pieces), (span, pieces)
+
+
+def test_close_makes_the_end_a_sentence_boundary() -> None:
+    seg = Segmenter()
+    seg.feed("no punctuation here")
+    assert seg.next_segment(Urgency.RELAXED) is None
+    seg.close()
+    got = seg.next_segment(Urgency.RELAXED)
+    assert got is not None
+    assert (got.text, got.boundary) == ("no punctuation here", Boundary.SENTENCE)
+    assert not seg.has_text
+
+
+def test_flush_takes_everything_pending_even_a_partial_word() -> None:
+    seg = Segmenter()
+    seg.feed("Let me check the weath")
+    got = seg.next_segment(Urgency.FLUSH)
+    assert got is not None and got.text == "Let me check the weath"
+
+
+def test_max_chars_caps_segments() -> None:
+    seg = Segmenter(SegmenterConfig(max_chars=40))
+    seg.feed("one two three four five six seven eight nine ten eleven twelve thirteen ")
+    pieces = drain(seg)
+    assert pieces and all(len(p) <= 40 for p in pieces)
+    seg.close()
+    assert " ".join(pieces + drain(seg)) == (
+        "one two three four five six seven eight nine ten eleven twelve thirteen"
+    )
+
+
+def test_newline_is_a_sentence_boundary() -> None:
+    seg = Segmenter()
+    seg.feed("Shopping list\n- eggs")
+    got = seg.next_segment(Urgency.RELAXED)
+    assert got is not None and (got.text, got.boundary) == ("Shopping list", Boundary.SENTENCE)
+
+
+def test_whitespace_only_yields_nothing() -> None:
+    seg = Segmenter()
+    seg.feed("   \n ")
+    seg.close()
+    assert seg.next_segment(Urgency.FLUSH) is None
+    assert seg.pending_chars == 0
