@@ -305,7 +305,7 @@ class Session:
             return Urgency.FLUSH if idle else Urgency.FIRST
         if idle:
             return Urgency.FLUSH
-        if self._ahead(turn, now) < self.config.stall_guard_ms / 1000:
+        if self._ahead(turn, now) <= self.config.stall_guard_ms / 1000:
             return Urgency.URGENT
         return Urgency.RELAXED
 

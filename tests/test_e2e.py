@@ -1,0 +1,275 @@
+"""End to end: a real server on loopback, real websockets clients, the real bundled voice."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+import sys
+import wave
+from pathlib import Path
+
+import numpy as np
+
+from conftest import TEST_CONFIG, timeout
+from voicews.audio import from_pcm16
+from voicews.client import RealtimeClient, SpokenTurn
+from voicews.errors import ErrorCode
+from voicews.protocol import AudioFrame, Error, SegmentStarted, TurnDone
+from voicews.server import VoicewsServer
+
+REPLY = (
+    "Sure, I can help with that. The forecast for tomorrow is sunny, with a high of 24 "
+    "degrees and a light breeze. Dr. Lee says it is a good day for a walk, e.g. in the park."
+)
+LONG = " ".join(
+    f"This is sentence number {i}, which keeps the speaker busy for a while." for i in range(25)
+)
+FRAME_SAMPLES = 22050 * TEST_CONFIG.session.frame_ms // 1000
+
+
+def assert_intact(turn: SpokenTurn) -> None:
+    """Frames in order, contiguous, bounded, and turn_done counts exactly what came."""
+    assert turn.done is not None and not turn.done.cancelled
+    position = 0
+    for seq, frame in enumerate(turn.frames):
+        assert (frame.seq, frame.start_sample) == (seq, position)
+        assert 0 < frame.samples <= FRAME_SAMPLES
+        position += frame.samples
+    assert turn.done.samples == turn.samples == position
+    starts = [s.start_sample for s in turn.segments]
+    assert starts == sorted(starts) and starts[0] == 0
+
+
+def words(text: str) -> list[str]:
+    return text.split()
+
+
+async def test_turn_streams_while_text_arrives(client: RealtimeClient) -> None:
+    turn = await client.speak(REPLY, tokens_per_s=50, timeout=timeout(30))
+    assert_intact(turn)
+    assert not turn.errors
+    assert turn.first_audio is not None and turn.end_text_at is not None
+    assert turn.frame_times[0] < turn.end_text_at  # speech began before the text was complete
+    assert words(" ".join(s.text for s in turn.segments)) == words(REPLY)
+    assert len(words(turn.segments[0].text)) <= 3  # eager first segment
+    assert 6.0 < turn.duration < 20.0
+
+
+async def test_whole_text_in_one_delta(client: RealtimeClient) -> None:
+    turn = await client.speak("Hello there, how can I help?", timeout=timeout(20))
+    assert_intact(turn)
+    assert [s.text for s in turn.segments] == ["Hello there,", "how can I help?"]
+
+
+async def test_barge_in_cuts_the_turn_at_once(client: RealtimeClient) -> None:
+    await client.turn_reset("long")
+    await client.text_delta(LONG)
+    await client.end_text()
+    first = await client.recv(timeout(20))
+    while not isinstance(first, AudioFrame):
+        first = await client.recv(timeout(20))
+    await client.turn_reset("next")
+    received = first.samples
+    while True:
+        item = await client.recv(timeout(10))
+        if isinstance(item, AudioFrame):
+            assert item.turn_id == "long"  # frames already in flight before the reset
+            received += item.samples
+        elif isinstance(item, TurnDone):
+            break
+    assert item == TurnDone(turn_id="long", samples=received, cancelled=True)
+    assert received < 22050 * 30  # far less than the whole long text
+    new = SpokenTurn("next", client.sample_rate)
+    await client.text_delta("Okay, stopping.")
+    await client.end_text()
+    await asyncio.wait_for(client.collect(new), timeout(20))
+    assert_intact(new)
+    assert all(f.turn_id == "next" for f in new.frames)
+
+
+async def test_bad_input_gets_typed_errors_and_the_session_goes_on(
+    client: RealtimeClient,
+) -> None:
+    limits = client.created.limits
+    cases: list[tuple[str | bytes, ErrorCode]] = [
+        ("{oops", ErrorCode.INVALID_JSON),
+        ('{"type": "sing"}', ErrorCode.UNKNOWN_TYPE),
+        ('{"type": "turn_reset"}', ErrorCode.INVALID_MESSAGE),
+        ('{"type": "text_delta", "text": 5}', ErrorCode.INVALID_MESSAGE),
+        ('{"type": "text_delta", "text": "hi"}', ErrorCode.NO_ACTIVE_TURN),
+        ('{"type": "end_text"}', ErrorCode.NO_ACTIVE_TURN),
+        (b"\x81\xa4type", ErrorCode.BINARY_NOT_SUPPORTED),
+        (json.dumps({"type": "text_delta", "text": "x" * limits.max_message_bytes}),
+         ErrorCode.MESSAGE_TOO_LARGE),
+    ]
+    for data, code in cases:
+        await client.ws.send(data)
+        event = await client.recv(timeout(5))
+        assert isinstance(event, Error), event
+        assert event.code is code and event.message
+    await client.turn_reset("a")
+    await client.turn_reset("a")
+    dup = await client.recv(timeout(5))
+    assert isinstance(dup, Error) and dup.code is ErrorCode.DUPLICATE_TURN_ID
+    await client.text_delta("y" * (limits.max_pending_text_chars + 1))
+    full = await client.recv(timeout(5))
+    assert isinstance(full, Error) and full.code is ErrorCode.TEXT_BACKLOG_FULL
+    await client.end_text()  # an empty turn is done at once
+    done = await client.recv(timeout(5))
+    assert done == TurnDone(turn_id="a", samples=0, cancelled=False)
+    await client.end_text()
+    late = await client.recv(timeout(5))
+    assert isinstance(late, Error) and late.code is ErrorCode.NO_ACTIVE_TURN
+    turn = await client.speak("Still working.", timeout=timeout(20))
+    assert_intact(turn)
+    assert not turn.errors
+
+
+async def test_four_concurrent_sessions(server: VoicewsServer) -> None:
+    texts = [
+        "Good morning, your first meeting is at nine.",
+        "The package shipped yesterday and should arrive on Friday.",
+        "I found three restaurants nearby, all open until ten.",
+        "Your balance is 42 dollars and 17 cents.",
+    ]
+
+    async def one(text: str) -> SpokenTurn:
+        async with await RealtimeClient.connect(server.url) as c:
+            return await c.speak(text, tokens_per_s=20, timeout=timeout(30))
+
+    turns = await asyncio.gather(*(one(t) for t in texts))
+    for text, turn in zip(texts, turns, strict=True):
+        assert_intact(turn)
+        assert words(" ".join(s.text for s in turn.segments)) == words(text)
+        assert turn.end_text_at is not None and turn.frame_times[0] < turn.end_text_at
+
+
+async def test_long_turn_does_not_starve_another_sessions_first_audio(
+    server: VoicewsServer,
+) -> None:
+    async with (
+        await RealtimeClient.connect(server.url) as a,
+        await RealtimeClient.connect(server.url) as b,
+    ):
+        long = asyncio.create_task(a.speak(LONG, timeout=timeout(60)))
+        while server.worker.stats.jobs_done < 3:  # the long turn is well under way
+            await asyncio.sleep(0.01)
+        short = await b.speak("Hi, quick question.", timeout=timeout(30))
+        assert not long.done()  # the short turn finished while the long one still runs
+        long_turn = await long
+    assert_intact(short)
+    assert_intact(long_turn)
+    assert short.done_at is not None and long_turn.done_at is not None
+    assert short.done_at < long_turn.done_at
+
+
+async def test_slow_reader_pauses_only_its_own_synthesis(server: VoicewsServer) -> None:
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    sock.connect(("127.0.0.1", server.port))
+    slow = await RealtimeClient.connect(server.url, sock=sock, max_queue=1)
+    async with slow:
+        text = LONG[: TEST_CONFIG.session.max_pending_text_chars - 10]
+        await slow.turn_reset("slow")
+        await slow.text_delta(text)
+        await slow.end_text()
+        session = next(s for s in server.sessions.values() if s.id == slow.created.session_id)
+        bound = TEST_CONFIG.session.max_pending_audio_ms * 22050 // 1000
+        while session.pending_audio_samples < bound:  # the queue fills: nobody reads
+            await asyncio.sleep(0.02)
+        jobs = server.worker.stats.jobs_done
+        # Meanwhile another session is served as usual.
+        async with await RealtimeClient.connect(server.url) as other:
+            quick = await other.speak("I am not blocked.", timeout=timeout(20))
+        assert_intact(quick)
+        await asyncio.sleep(0.5)
+        assert server.worker.stats.jobs_done - jobs <= 2  # only the other session's jobs ran
+        # Text beyond the bound is refused while the reader lags; it reads it in order.
+        await slow.text_delta("x" * 20)
+        turn = SpokenTurn("slow", slow.sample_rate)
+        await asyncio.wait_for(slow.collect(turn), timeout(60))
+    assert_intact(turn)
+    assert [e.code for e in turn.errors] == [ErrorCode.TURN_CLOSED]
+    assert words(" ".join(s.text for s in turn.segments)) == words(text)
+
+
+async def test_idle_flush_speaks_text_that_stops_without_end_text(
+    client: RealtimeClient,
+) -> None:
+    await client.turn_reset("idle")
+    await client.text_delta("Let me check the weather for")
+    await client.text_delta(" you")
+    turn = SpokenTurn("idle", client.sample_rate)
+    while not turn.frames:  # audio comes without end_text: the idle flush spoke it
+        item = await client.recv(timeout(10))
+        if isinstance(item, SegmentStarted):
+            turn.segments.append(item)
+        elif isinstance(item, AudioFrame):
+            turn.frames.append(item)
+            turn.pcm += item.pcm
+    await client.end_text()
+    await asyncio.wait_for(client.collect(turn), timeout(10))
+    assert_intact(turn)
+    assert words(" ".join(s.text for s in turn.segments)) == words("Let me check the weather for you")
+
+
+async def test_segment_joins_are_no_steeper_than_the_speech(client: RealtimeClient) -> None:
+    turn = await client.speak(REPLY, tokens_per_s=50, timeout=timeout(30))
+    audio = from_pcm16(bytes(turn.pcm))
+    jumps = np.abs(np.diff(audio))
+    window = int(0.03 * turn.sample_rate)
+    joins = [s.start_sample for s in turn.segments[1:]]
+    assert joins
+    mask = np.ones_like(jumps, dtype=bool)
+    for j in joins:
+        mask[max(0, j - window) : j + window] = False
+    inside = jumps[mask].max()
+    for j in joins:
+        assert jumps[max(0, j - window) : j + window].max() <= inside
+
+
+async def test_health_and_unknown_paths(server: VoicewsServer) -> None:
+    async def get(path: str) -> bytes:
+        reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+        writer.write(f"GET {path} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+        data = await asyncio.wait_for(reader.read(1024), timeout(5))
+        writer.close()
+        return data
+
+    assert (await get("/healthz")).startswith(b"HTTP/1.1 200")
+    assert (await get("/nope")).startswith(b"HTTP/1.1 404")
+
+
+async def test_say_command_writes_a_wav(server: VoicewsServer, tmp_path: Path) -> None:
+    out = tmp_path / "hello.wav"
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "voicews.cli", "say", "Hello there, how can I help?",
+        "-o", str(out), "--url", server.url,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )
+    stdout, stderr = await asyncio.wait_for(proc.communicate(), timeout(30))
+    assert proc.returncode == 0, stderr.decode()
+    assert b"first audio after" in stdout and b"real-time factor" in stdout
+    with wave.open(str(out)) as wav:
+        assert (wav.getframerate(), wav.getnchannels(), wav.getsampwidth()) == (22050, 1, 2)
+        assert wav.getnframes() > 22050
+
+
+async def test_say_streams_stdin_as_it_arrives(server: VoicewsServer, tmp_path: Path) -> None:
+    out = tmp_path / "stream.wav"
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "voicews.cli", "say", "-o", str(out), "--url", server.url,
+        stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    assert proc.stdin is not None
+    proc.stdin.write(b"Streaming from standard input, ")
+    await proc.stdin.drain()
+    await asyncio.sleep(0.3)
+    proc.stdin.write("word by word \u2014 done.\n".encode())
+    proc.stdin.close()
+    stdout, stderr = await asyncio.wait_for(proc.communicate(), timeout(30))
+    assert proc.returncode == 0, stderr.decode()
+    with wave.open(str(out)) as wav:
+        assert wav.getnframes() > 22050

@@ -1,0 +1,207 @@
+"""The session state machine, driven directly: no sockets, no threads, no clock."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+
+from voicews.errors import ErrorCode
+from voicews.protocol import (
+    AudioFrame,
+    EndText,
+    Error,
+    SegmentStarted,
+    SessionUpdate,
+    TextDelta,
+    TurnDone,
+    TurnReset,
+)
+from voicews.session import Outgoing, Session, SessionConfig, SynthesisRequest
+
+RATE = 22050
+
+
+def speech(seconds: float) -> np.ndarray:
+    t = np.arange(int(seconds * RATE)) / RATE
+    return (0.3 * np.sin(2 * np.pi * 200 * t)).astype(np.float32)
+
+
+def make(**overrides: object) -> Session:
+    return Session("s1", RATE, replace(SessionConfig(), **overrides))  # type: ignore[arg-type]
+
+
+def drain(session: Session, now: float = 0.0) -> list[Outgoing]:
+    out = []
+    while (item := session.pop(now)) is not None:
+        out.append(item)
+    return out
+
+
+def one(session: Session) -> SynthesisRequest:
+    subs = session.take_submissions()
+    assert len(subs) == 1, subs
+    return subs[0]
+
+
+def synthesize(session: Session, req: SynthesisRequest, seconds: float, now: float) -> None:
+    session.on_audio(req.job_id, speech(seconds), now)
+    session.on_done(req.job_id, now)
+
+
+def errors(items: list[Outgoing]) -> list[ErrorCode]:
+    return [i.code for i in items if isinstance(i, Error)]
+
+
+def test_created_advertises_format_and_limits() -> None:
+    created = make(max_pending_text_chars=123).created()
+    assert created.audio.sample_rate == RATE and created.protocol == 1
+    assert created.limits.max_pending_text_chars == 123
+
+
+def test_turn_runs_to_done_with_ordered_frames() -> None:
+    s = make()
+    s.handle(TurnReset(turn_id="t1"), 0.0)
+    s.handle(TextDelta(text="Hello there, how are you today? I am"), 0.0)
+    first = one(s)
+    assert (first.text, first.first) == ("Hello there,", True)
+    synthesize(s, first, 0.8, 0.05)
+    second = one(s)  # the next sentence is already complete
+    assert (second.text, second.first) == ("how are you today?", False)
+    s.handle(TextDelta(text=" fine."), 0.1)
+    s.handle(EndText(), 0.1)
+    assert s.take_submissions() == []  # one job in flight per session
+    synthesize(s, second, 1.2, 0.2)
+    third = one(s)
+    assert third.text == "I am fine."
+    synthesize(s, third, 0.6, 0.3)
+    items = drain(s, 0.3)
+    assert isinstance(items[0], SegmentStarted) and items[0].start_sample == 0
+    frames = [i for i in items if isinstance(i, AudioFrame)]
+    assert [f.seq for f in frames] == list(range(len(frames)))
+    position = 0
+    for f in frames:
+        assert f.start_sample == position and 0 < f.samples <= RATE * 40 // 1000
+        position += f.samples
+    segments = [i for i in items if isinstance(i, SegmentStarted)]
+    assert [g.text for g in segments] == ["Hello there,", "how are you today?", "I am fine."]
+    done = items[-1]
+    assert isinstance(done, TurnDone)
+    assert (done.turn_id, done.samples, done.cancelled) == ("t1", position, False)
+
+
+def test_barge_in_drops_queued_audio_and_cancels_synthesis() -> None:
+    s = make()
+    s.handle(TurnReset(turn_id="t1"), 0.0)
+    s.handle(TextDelta(text="One sentence here. Another one follows. "), 0.0)
+    req = one(s)
+    synthesize(s, req, 1.0, 0.1)
+    in_flight = one(s)
+    sent = [s.pop(0.1) for _ in range(3)]
+    s.handle(TurnReset(turn_id="t2"), 0.2)
+    assert s.take_cancellations() == [in_flight.job_id]
+    items = drain(s, 0.2)
+    assert items == [TurnDone(turn_id="t1", samples=sum(
+        i.samples for i in sent if isinstance(i, AudioFrame)), cancelled=True)]
+    synthesize(s, in_flight, 1.0, 0.3)  # a late result of the cancelled job is ignored
+    assert drain(s, 0.3) == []
+    s.handle(TextDelta(text="New turn. "), 0.3)
+    assert one(s).turn_id == "t2"
+
+
+def test_refusals_are_typed_and_change_nothing() -> None:
+    s = make(max_pending_text_chars=30, max_turn_text_chars=50)
+    s.handle(TextDelta(text="hi"), 0.0)
+    s.handle(EndText(), 0.0)
+    s.handle(TurnReset(turn_id="t1"), 0.0)
+    s.handle(TurnReset(turn_id="t1"), 0.0)
+    s.handle(TextDelta(text="x" * 31), 0.0)  # over the pending bound, no cut possible
+    s.handle(TextDelta(text="a b c d e f g h i j k l m n"), 0.0)
+    assert errors(drain(s)) == [ErrorCode.NO_ACTIVE_TURN, ErrorCode.NO_ACTIVE_TURN,
+                                ErrorCode.DUPLICATE_TURN_ID, ErrorCode.TEXT_BACKLOG_FULL]
+    req = one(s)  # the refused delta left no trace; the accepted one is being spoken
+    assert req.text == "a b"
+    s.handle(EndText(), 0.0)
+    s.handle(TextDelta(text="late"), 0.0)
+    s.handle(EndText(), 0.0)
+    assert errors(drain(s)) == [ErrorCode.TURN_CLOSED, ErrorCode.TURN_CLOSED]
+
+
+def test_turn_text_limit_counts_all_text_of_the_turn() -> None:
+    s = make(max_turn_text_chars=20)
+    s.handle(TurnReset(turn_id="t1"), 0.0)
+    s.handle(TextDelta(text="Hello there, you."), 0.0)
+    synthesize(s, one(s), 0.5, 0.1)
+    s.handle(TextDelta(text=" And more"), 0.1)
+    assert errors(drain(s)) == [ErrorCode.TURN_TEXT_TOO_LONG]
+    s.handle(TextDelta(text=" Hi"), 0.1)  # exactly at the limit
+    assert errors(drain(s)) == []
+
+
+def test_slow_reader_pauses_synthesis_until_audio_is_read() -> None:
+    s = make(max_pending_audio_ms=1000)
+    s.handle(TurnReset(turn_id="t1"), 0.0)
+    s.handle(TextDelta(text="First one. Second one. Third one. "), 0.0)
+    synthesize(s, one(s), 1.5, 0.1)  # 1.5 s queued, over the 1 s bound
+    assert s.take_submissions() == []
+    assert s.wakeup_at(0.1) is None  # paused: no timers either
+    while s.pending_audio_samples >= RATE:
+        s.pop(0.2)
+    assert one(s).text == "Second one."
+
+
+def test_idle_flush_speaks_text_that_stopped_mid_sentence() -> None:
+    s = make(idle_flush_ms=500)
+    s.handle(TurnReset(turn_id="t1"), 0.0)
+    s.handle(TextDelta(text="Checking"), 1.0)  # one word that may still grow
+    assert s.take_submissions() == []
+    assert s.wakeup_at(1.0) == 1.5
+    s.tick(1.2)
+    assert s.take_submissions() == []
+    s.tick(1.5)
+    assert one(s).text == "Checking"
+
+
+def test_stall_guard_cuts_at_a_clause_before_the_listener_runs_dry() -> None:
+    s = make(stall_guard_ms=400, idle_flush_ms=10_000)
+    s.handle(TurnReset(turn_id="t1"), 0.0)
+    s.handle(TextDelta(text="Hi, the forecast for today is sunny, warm and "), 0.0)
+    synthesize(s, one(s), 1.0, 0.1)
+    drain(s, 0.1)  # the listener now has audio until about t = 1.1
+    assert s.take_submissions() == []  # no sentence end yet, and audio in hand
+    wake = s.wakeup_at(0.1)
+    assert wake is not None and abs(wake - 0.7) < 0.05
+    s.tick(wake)
+    assert one(s).text == "the forecast for today is sunny,"
+
+
+def test_engine_failure_ends_turn_and_session_goes_on() -> None:
+    s = make()
+    s.handle(TurnReset(turn_id="t1"), 0.0)
+    s.handle(TextDelta(text="Hello there, friend."), 0.0)
+    s.on_failed(one(s).job_id, "boom", 0.1)
+    items = drain(s)
+    assert errors(items) == [ErrorCode.SYNTHESIS_FAILED]
+    assert items[-1] == TurnDone(turn_id="t1", samples=0, cancelled=True)
+    s.handle(TurnReset(turn_id="t2"), 0.2)
+    s.handle(TextDelta(text="Still here."), 0.2)
+    s.handle(EndText(), 0.2)
+    assert one(s).turn_id == "t2"
+
+
+def test_speed_applies_to_next_segment() -> None:
+    s = make()
+    s.handle(SessionUpdate(speed=1.5), 0.0)
+    s.handle(TurnReset(turn_id="t1"), 0.0)
+    s.handle(TextDelta(text="Quick, please."), 0.0)
+    assert one(s).options.speed == 1.5
+
+
+def test_close_cancels_in_flight_job() -> None:
+    s = make()
+    s.handle(TurnReset(turn_id="t1"), 0.0)
+    s.handle(TextDelta(text="Hello there, friend."), 0.0)
+    req = one(s)
+    s.close()
+    assert s.take_cancellations() == [req.job_id]
+    assert drain(s) == []
