@@ -20,16 +20,22 @@ def padded(audio: np.ndarray, lead: float = 0.06, trail: float = 0.25) -> np.nda
     )
 
 
-def stitch(segments: list[tuple[np.ndarray, Boundary]], chunk: int | None = None,
-           config: StitchConfig | None = None) -> tuple[np.ndarray, list[int]]:
+def stitch(
+    segments: list[tuple[np.ndarray, Boundary]],
+    chunk: int | None = None,
+    config: StitchConfig | None = None,
+) -> tuple[np.ndarray, list[int]]:
     st = Stitcher(RATE, config)
     out: list[np.ndarray] = []
     starts: list[int] = []
     for audio, boundary in segments:
         st.begin_segment()
         starts.append(sum(map(len, out)))
-        pieces = [audio] if chunk is None else [audio[i : i + chunk]
-                                                 for i in range(0, len(audio), chunk)]
+        pieces = (
+            [audio]
+            if chunk is None
+            else [audio[i : i + chunk] for i in range(0, len(audio), chunk)]
+        )
         for p in pieces:
             out.append(st.push(p))
         out.append(st.end_segment(boundary))
@@ -45,8 +51,9 @@ def test_edge_silence_trimmed_to_pause_for_boundary() -> None:
     cfg = StitchConfig(crossfade_ms=0)
     speech = tone(0.3)
     for boundary in Boundary:
-        out, _ = stitch([(padded(speech, trail=0.4), boundary), (padded(speech), boundary)],
-                        config=cfg)
+        out, _ = stitch(
+            [(padded(speech, trail=0.4), boundary), (padded(speech), boundary)], config=cfg
+        )
         lead = round(cfg.lead_ms * RATE / 1000)
         pause = round(cfg.pause_ms[boundary] * RATE / 1000)
         first_end = lead + len(speech)
@@ -56,8 +63,13 @@ def test_edge_silence_trimmed_to_pause_for_boundary() -> None:
 
 def test_pause_never_longer_than_the_engine_gave() -> None:
     cfg = StitchConfig(crossfade_ms=0)
-    out, _ = stitch([(padded(tone(0.2), trail=0.02), Boundary.SENTENCE),
-                     (padded(tone(0.2), lead=0.0, trail=0.0), Boundary.SENTENCE)], config=cfg)
+    out, _ = stitch(
+        [
+            (padded(tone(0.2), trail=0.02), Boundary.SENTENCE),
+            (padded(tone(0.2), lead=0.0, trail=0.0), Boundary.SENTENCE),
+        ],
+        config=cfg,
+    )
     lead = round(cfg.lead_ms * RATE / 1000)
     assert len(out) == lead + int(0.2 * RATE) + int(0.02 * RATE) + int(0.2 * RATE)
 
@@ -97,8 +109,9 @@ def test_pcm16_round_trip_and_framing() -> None:
     pcm = to_pcm16(audio)
     assert len(pcm) == 2000
     back = from_pcm16(pcm)
-    assert back.max() == pytest.approx(1.0, abs=1e-4) and back.min() == pytest.approx(-1.0,
-                                                                                         abs=1e-4)
+    assert back.max() == pytest.approx(1.0, abs=1e-4) and back.min() == pytest.approx(
+        -1.0, abs=1e-4
+    )
     parts = list(frames(pcm, 300))
     assert [len(p) for p in parts] == [600, 600, 600, 200]
     assert b"".join(parts) == pcm

@@ -10,8 +10,8 @@ import wave
 from pathlib import Path
 
 import numpy as np
-
 from conftest import TEST_CONFIG, timeout
+
 from voicews.audio import from_pcm16
 from voicews.client import RealtimeClient, SpokenTurn
 from voicews.errors import ErrorCode
@@ -100,8 +100,10 @@ async def test_bad_input_gets_typed_errors_and_the_session_goes_on(
         ('{"type": "text_delta", "text": "hi"}', ErrorCode.NO_ACTIVE_TURN),
         ('{"type": "end_text"}', ErrorCode.NO_ACTIVE_TURN),
         (b"\x81\xa4type", ErrorCode.BINARY_NOT_SUPPORTED),
-        (json.dumps({"type": "text_delta", "text": "x" * limits.max_message_bytes}),
-         ErrorCode.MESSAGE_TOO_LARGE),
+        (
+            json.dumps({"type": "text_delta", "text": "x" * limits.max_message_bytes}),
+            ErrorCode.MESSAGE_TOO_LARGE,
+        ),
     ]
     for data, code in cases:
         await client.ws.send(data)
@@ -211,7 +213,9 @@ async def test_idle_flush_speaks_text_that_stops_without_end_text(
     await client.end_text()
     await asyncio.wait_for(client.collect(turn), timeout(10))
     assert_intact(turn)
-    assert words(" ".join(s.text for s in turn.segments)) == words("Let me check the weather for you")
+    assert words(" ".join(s.text for s in turn.segments)) == words(
+        "Let me check the weather for you"
+    )
 
 
 async def test_segment_joins_are_no_steeper_than_the_speech(client: RealtimeClient) -> None:
@@ -244,9 +248,17 @@ async def test_health_and_unknown_paths(server: VoicewsServer) -> None:
 async def test_say_command_writes_a_wav(server: VoicewsServer, tmp_path: Path) -> None:
     out = tmp_path / "hello.wav"
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "voicews.cli", "say", "Hello there, how can I help?",
-        "-o", str(out), "--url", server.url,
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        sys.executable,
+        "-m",
+        "voicews.cli",
+        "say",
+        "Hello there, how can I help?",
+        "-o",
+        str(out),
+        "--url",
+        server.url,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
     )
     stdout, stderr = await asyncio.wait_for(proc.communicate(), timeout(30))
     assert proc.returncode == 0, stderr.decode()
@@ -259,8 +271,16 @@ async def test_say_command_writes_a_wav(server: VoicewsServer, tmp_path: Path) -
 async def test_say_streams_stdin_as_it_arrives(server: VoicewsServer, tmp_path: Path) -> None:
     out = tmp_path / "stream.wav"
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "voicews.cli", "say", "-o", str(out), "--url", server.url,
-        stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+        sys.executable,
+        "-m",
+        "voicews.cli",
+        "say",
+        "-o",
+        str(out),
+        "--url",
+        server.url,
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
     )
     assert proc.stdin is not None
@@ -269,7 +289,7 @@ async def test_say_streams_stdin_as_it_arrives(server: VoicewsServer, tmp_path: 
     await asyncio.sleep(0.3)
     proc.stdin.write("word by word \u2014 done.\n".encode())
     proc.stdin.close()
-    stdout, stderr = await asyncio.wait_for(proc.communicate(), timeout(30))
+    _, stderr = await asyncio.wait_for(proc.communicate(), timeout(30))
     assert proc.returncode == 0, stderr.decode()
     with wave.open(str(out)) as wav:
         assert wav.getnframes() > 22050

@@ -73,7 +73,11 @@ def test_audio_frame_is_a_msgpack_map_with_raw_pcm() -> None:
     frame = AudioFrame(turn_id="t1", seq=3, start_sample=2646, pcm=b"\x01\x00\xff\x7f")
     data = encode_frame(frame)
     assert msgpack.unpackb(data) == {
-        "turn_id": "t1", "seq": 3, "start_sample": 2646, "pcm": b"\x01\x00\xff\x7f"}
+        "turn_id": "t1",
+        "seq": 3,
+        "start_sample": 2646,
+        "pcm": b"\x01\x00\xff\x7f",
+    }
     assert decode_frame(data) == frame
     assert frame.samples == 2
 

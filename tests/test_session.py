@@ -101,8 +101,13 @@ def test_barge_in_drops_queued_audio_and_cancels_synthesis() -> None:
     s.handle(TurnReset(turn_id="t2"), 0.2)
     assert s.take_cancellations() == [in_flight.job_id]
     items = drain(s, 0.2)
-    assert items == [TurnDone(turn_id="t1", samples=sum(
-        i.samples for i in sent if isinstance(i, AudioFrame)), cancelled=True)]
+    assert items == [
+        TurnDone(
+            turn_id="t1",
+            samples=sum(i.samples for i in sent if isinstance(i, AudioFrame)),
+            cancelled=True,
+        )
+    ]
     synthesize(s, in_flight, 1.0, 0.3)  # a late result of the cancelled job is ignored
     assert drain(s, 0.3) == []
     s.handle(TextDelta(text="New turn. "), 0.3)
@@ -117,8 +122,12 @@ def test_refusals_are_typed_and_change_nothing() -> None:
     s.handle(TurnReset(turn_id="t1"), 0.0)
     s.handle(TextDelta(text="x" * 31), 0.0)  # over the pending bound, no cut possible
     s.handle(TextDelta(text="a b c d e f g h i j k l m n"), 0.0)
-    assert errors(drain(s)) == [ErrorCode.NO_ACTIVE_TURN, ErrorCode.NO_ACTIVE_TURN,
-                                ErrorCode.DUPLICATE_TURN_ID, ErrorCode.TEXT_BACKLOG_FULL]
+    assert errors(drain(s)) == [
+        ErrorCode.NO_ACTIVE_TURN,
+        ErrorCode.NO_ACTIVE_TURN,
+        ErrorCode.DUPLICATE_TURN_ID,
+        ErrorCode.TEXT_BACKLOG_FULL,
+    ]
     req = one(s)  # the refused delta left no trace; the accepted one is being spoken
     assert req.text == "a b"
     s.handle(EndText(), 0.0)
@@ -163,16 +172,26 @@ def test_idle_flush_speaks_text_that_stopped_mid_sentence() -> None:
 
 
 def test_stall_guard_cuts_at_a_clause_before_the_listener_runs_dry() -> None:
-    s = make(stall_guard_ms=400, idle_flush_ms=10_000)
+    s = make(stall_guard_ms=400, idle_flush_ms=10_000)  # + 0.1 s of measured latency
     s.handle(TurnReset(turn_id="t1"), 0.0)
     s.handle(TextDelta(text="Hi, the forecast for today is sunny, warm and "), 0.0)
     synthesize(s, one(s), 1.0, 0.1)
     drain(s, 0.1)  # the listener now has audio until about t = 1.1
     assert s.take_submissions() == []  # no sentence end yet, and audio in hand
     wake = s.wakeup_at(0.1)
-    assert wake is not None and abs(wake - 0.7) < 0.05
+    assert wake is not None and abs(wake - 0.6) < 0.05
     s.tick(wake)
     assert one(s).text == "the forecast for today is sunny,"
+
+
+def test_stall_guard_grows_with_the_synthesis_latency_it_sees() -> None:
+    s = make(stall_guard_ms=100, idle_flush_ms=10_000)
+    s.handle(TurnReset(turn_id="t1"), 0.0)
+    s.handle(TextDelta(text="Hi, the forecast for today is sunny, warm and "), 0.0)
+    synthesize(s, one(s), 3.0, 0.9)  # a slow worker: 0.9 s to the first audio
+    drain(s, 0.9)
+    wake = s.wakeup_at(0.9)
+    assert wake is not None and abs(wake - (0.9 + 3.0 - 1.0)) < 0.05
 
 
 def test_engine_failure_ends_turn_and_session_goes_on() -> None:

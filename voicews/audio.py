@@ -119,7 +119,8 @@ def _curves(n: int, curve: str) -> tuple[Audio, Audio]:
 def to_pcm16(audio: Audio) -> bytes:
     """Float samples in [-1, 1] to little-endian int16 bytes."""
     scaled = np.clip(audio, -1.0, 1.0) * 32767.0
-    return np.rint(scaled).astype("<i2").tobytes()
+    pcm: bytes = np.rint(scaled).astype("<i2").tobytes()
+    return pcm
 
 
 def from_pcm16(pcm: bytes) -> Audio:

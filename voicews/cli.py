@@ -37,9 +37,7 @@ def main(argv: list[str] | None = None) -> None:
     say.add_argument("-o", "--output", required=True, help="WAV file to write")
     say.add_argument("--url", default=f"ws://127.0.0.1:8765{REALTIME_PATH}")
     say.add_argument("--speed", type=float, help="speaking rate, 0.5 to 2.0")
-    say.add_argument(
-        "--tokens-per-s", type=float, help="send the text as word pieces at this rate"
-    )
+    say.add_argument("--tokens-per-s", type=float, help="send the text as word pieces at this rate")
 
     args = parser.parse_args(argv)
     if args.command == "serve":

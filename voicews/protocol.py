@@ -179,7 +179,7 @@ def parse_server_event(data: str) -> ServerEvent:
 
 
 def encode_frame(frame: AudioFrame) -> bytes:
-    return msgpack.packb(
+    data: bytes = msgpack.packb(
         {
             "turn_id": frame.turn_id,
             "seq": frame.seq,
@@ -188,6 +188,7 @@ def encode_frame(frame: AudioFrame) -> bytes:
         },
         use_bin_type=True,
     )
+    return data
 
 
 def decode_frame(data: bytes) -> AudioFrame:

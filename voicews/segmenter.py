@@ -12,18 +12,19 @@ import re
 from dataclasses import dataclass
 from enum import Enum, IntEnum
 
-_CLOSERS = "\"')]}»”’"
-_OPENERS = "\"'([{«“‘"
-_SENTENCE_END = ".!?…"
+_CLOSERS = "\"')]}\u00bb\u201d\u2019"  # and the closing guillemet and curly quotes
+_OPENERS = "\"'([{\u00ab\u201c\u2018"
+_SENTENCE_END = ".!?\u2026"  # with the ellipsis character
 _CLAUSE_END = ",;:"
-_DASHES = ("-", "–", "—")
+_EN_DASH, _EM_DASH = "\u2013", "\u2014"
+_DASHES = ("-", _EN_DASH, _EM_DASH)
 # Early confirmation: a comma right after a letter is a clause end even before the next
 # token arrives (a comma inside a number or URL has no letter before it, or is URL-like).
 _EARLY_CLAUSE_END = ",;"
 _ABBREVIATIONS = frozenset(
-    "mr mrs ms dr prof sr jr st vs etc no nos approx inc ltd co corp mt ft fig vol dept est "
-    "gen gov sen rep capt lt col sgt jan feb mar apr jun jul aug sep sept oct nov dec cf al "
-    "ph.d".split()
+    """mr mrs ms dr prof sr jr st vs etc no nos approx inc ltd co corp mt ft fig vol dept est
+    gen gov sen rep capt lt col sgt jan feb mar apr jun jul aug sep sept oct nov dec cf al
+    ph.d""".split()
 )
 _DOTTED = re.compile(r"(?:[a-z]\.)+[a-z]")  # e.g, i.e, u.s.a, a.m
 _URL_LIKE = re.compile(r"://|@|/|www\.|\w\.\w")
@@ -163,6 +164,7 @@ class Segmenter:
         cuts: list[_Cut] = []
         for words, match in enumerate(_TOKEN.finditer(buf), start=1):
             token, end = match.group(), match.end()
+            boundary: Boundary | None
             if self._closed and not buf[end:].strip():
                 boundary = Boundary.SENTENCE
             elif end < len(buf):
@@ -186,7 +188,7 @@ def _classify(token: str) -> Boundary | None:
         if last == "." and not core.endswith("..") and _is_abbreviation(core):
             return None
         return Boundary.SENTENCE
-    if last in _CLAUSE_END or core in _DASHES or last in "–—":
+    if last in _CLAUSE_END or core in _DASHES or last in (_EN_DASH, _EM_DASH):
         return Boundary.CLAUSE
     return Boundary.WORD
 

@@ -214,10 +214,8 @@ class _Connection:
 
     def _from_worker(self, job_id: int, event: JobEvent) -> None:
         """Runs on the compute thread: hand the event to the event loop."""
-        try:
+        with contextlib.suppress(RuntimeError):  # the loop is closed: shutting down
             self._loop.call_soon_threadsafe(self._on_job_event, job_id, event)
-        except RuntimeError:
-            pass  # the loop is closed: the server is shutting down
 
     def _on_job_event(self, job_id: int, event: JobEvent) -> None:
         session, now = self._session, self._loop.time()

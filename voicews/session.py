@@ -32,9 +32,10 @@ from .protocol import (
     TurnDone,
     TurnReset,
 )
-from .segmenter import Segment, SegmenterConfig, Segmenter, Urgency
+from .segmenter import Segment, Segmenter, SegmenterConfig, Urgency
 
 Outgoing = SessionCreated | SegmentStarted | TurnDone | Error | AudioFrame
+_INITIAL_LATENCY = 0.1  # seconds from submitting a segment to its first audio, until measured
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,8 +48,9 @@ class SessionConfig:
     frame_ms: int = 40
     idle_flush_ms: int = 500
     """Text that stops arriving mid-sentence (without ``end_text``) is spoken after this."""
-    stall_guard_ms: int = 400
-    """Cut at the best boundary at hand once the listener has less audio than this left."""
+    stall_guard_ms: int = 150
+    """Cut at the best boundary at hand once the listener has less audio left than this
+    margin plus the synthesis latency the session has been seeing."""
     segmenter: SegmenterConfig = field(default_factory=SegmenterConfig)
     stitch: StitchConfig = field(default_factory=StitchConfig)
 
@@ -71,6 +73,7 @@ class SynthesisRequest:
     options: SynthesisOptions
     first: bool
     deadline: float
+    submitted_at: float
 
 
 @dataclass
@@ -83,6 +86,7 @@ class _Turn:
     text_chars: int = 0
     job: SynthesisRequest | None = None
     segment: Segment | None = None
+    job_audio: bool = False  # the job in flight has produced audio
     announced: bool = False
     first_submitted: bool = False
     seq: int = 0
@@ -104,6 +108,7 @@ class Session:
         self._turn: _Turn | None = None
         self._last_turn_id: str | None = None
         self._job_ids = itertools.count(1)
+        self._latency = _INITIAL_LATENCY
         self._submissions: list[SynthesisRequest] = []
         self._cancellations: list[int] = []
 
@@ -137,8 +142,12 @@ class Session:
 
     def on_audio(self, job_id: int, audio: Audio, now: float) -> None:
         turn = self._job_turn(job_id)
-        if turn is not None:
-            self._emit(turn, turn.stitcher.push(audio))
+        if turn is None or turn.job is None:
+            return
+        if not turn.job_audio:
+            turn.job_audio = True
+            self._observe_latency(now - turn.job.submitted_at)
+        self._emit(turn, turn.stitcher.push(audio))
 
     def on_done(self, job_id: int, now: float) -> None:
         turn = self._job_turn(job_id)
@@ -204,7 +213,7 @@ class Session:
             return None
         times = [turn.last_delta + self.config.idle_flush_ms / 1000]
         if turn.play_end is not None:
-            urgent = turn.play_end - self.config.stall_guard_ms / 1000
+            urgent = turn.play_end - self._guard
             if urgent > now:
                 times.append(urgent)
         return min(times)
@@ -305,9 +314,18 @@ class Session:
             return Urgency.FLUSH if idle else Urgency.FIRST
         if idle:
             return Urgency.FLUSH
-        if self._ahead(turn, now) <= self.config.stall_guard_ms / 1000:
+        if self._ahead(turn, now) <= self._guard:
             return Urgency.URGENT
         return Urgency.RELAXED
+
+    @property
+    def _guard(self) -> float:
+        """Audio the listener must still have when the next segment is cut."""
+        return self.config.stall_guard_ms / 1000 + self._latency
+
+    def _observe_latency(self, sample: float) -> None:
+        """Track synthesis latency: rise at once with a slower job, decay slowly after."""
+        self._latency = sample if sample > self._latency else 0.9 * self._latency + 0.1 * sample
 
     def _ahead(self, turn: _Turn, now: float) -> float:
         """Seconds of audio the listener has left, counting audio not yet sent."""
@@ -323,8 +341,10 @@ class Session:
             options=self._options,
             first=first,
             deadline=now if first or turn.play_end is None else turn.play_end,
+            submitted_at=now,
         )
-        turn.job, turn.segment, turn.announced = request, segment, False
+        turn.job, turn.segment = request, segment
+        turn.job_audio = turn.announced = False
         turn.first_submitted = True
         turn.stitcher.begin_segment()
         self._submissions.append(request)

@@ -14,7 +14,7 @@ import itertools
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -158,5 +158,5 @@ class ComputeWorker:
 
 def _close(job: Job) -> None:
     """Close a cancelled job's generator here, on the thread that owns the engine."""
-    if job._chunks is not None:
+    if isinstance(job._chunks, Generator):
         job._chunks.close()

@@ -22,9 +22,7 @@ class Engine(Protocol):
     name: str
     sample_rate: int
 
-    def synthesize(
-        self, text: str, options: SynthesisOptions
-    ) -> Iterator[npt.NDArray[np.float32]]:
+    def synthesize(self, text: str, options: SynthesisOptions) -> Iterator[npt.NDArray[np.float32]]:
         """Yield mono float32 chunks in [-1, 1] as they are computed.
 
         The worker checks for cancellation between chunks, so an engine that can stream

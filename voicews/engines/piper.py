@@ -39,9 +39,7 @@ class PiperEngine:
         self._length_scale = self._voice.config.length_scale
         self.sample_rate: int = self._voice.config.sample_rate
 
-    def synthesize(
-        self, text: str, options: SynthesisOptions
-    ) -> Iterator[npt.NDArray[np.float32]]:
+    def synthesize(self, text: str, options: SynthesisOptions) -> Iterator[npt.NDArray[np.float32]]:
         # No per-chunk normalization: it would change loudness from one segment to the next.
         config = self._config_type(
             length_scale=self._length_scale / options.speed, normalize_audio=False

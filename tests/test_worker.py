@@ -1,0 +1,152 @@
+"""The compute worker with the real Piper engine: scheduling order, cancellation, failure."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+
+import numpy as np
+import numpy.typing as npt
+import pytest
+
+from voicews.engines import engine_factory
+from voicews.engines.base import Engine, SynthesisOptions
+from voicews.worker import ComputeWorker, Job, JobAudio, JobDone, JobEvent, JobFailed
+
+LONG = " ".join(f"Sentence {i} of a long answer, spoken in order." for i in range(8))
+
+
+class Recorder:
+    def __init__(self) -> None:
+        self.events: list[tuple[str, JobEvent]] = []
+        self.finished = threading.Semaphore(0)
+        self._lock = threading.Lock()
+
+    def job(self, name: str, text: str, first: bool, deadline: float = 0.0) -> Job:
+        def on_event(event: JobEvent) -> None:
+            with self._lock:
+                self.events.append((name, event))
+            if not isinstance(event, JobAudio):
+                self.finished.release()
+
+        return Job(text, SynthesisOptions(), first, deadline, on_event)
+
+    def wait(self, jobs: int) -> None:
+        for _ in range(jobs):
+            assert self.finished.acquire(timeout=60)
+
+    def order(self, kind: type) -> list[str]:
+        return [name for name, event in self.events if isinstance(event, kind)]
+
+
+@pytest.fixture(scope="module")
+def worker() -> Iterator[ComputeWorker]:
+    w = ComputeWorker(engine_factory("piper"))
+    w.start()
+    yield w
+    w.stop()
+
+
+def test_engine_loads_on_the_worker_thread(worker: ComputeWorker) -> None:
+    assert (worker.engine_name, worker.sample_rate) == ("piper", 22050)
+
+
+def test_first_segments_overtake_later_ones(worker: ComputeWorker) -> None:
+    rec = Recorder()
+    gate = threading.Event()
+    # Hold the worker busy so all three jobs are queued together.
+    blocker = rec.job("blocker", "Wait.", first=True)
+    original = blocker.on_event
+
+    def hold(event: JobEvent) -> None:
+        gate.wait(10)
+        original(event)
+
+    blocker.on_event = hold
+    worker.submit(blocker)
+    worker.submit(rec.job("late-deadline", "Later part.", first=False, deadline=20.0))
+    worker.submit(rec.job("early-deadline", "Earlier part.", first=False, deadline=10.0))
+    worker.submit(rec.job("first", "Hello.", first=True, deadline=30.0))
+    gate.set()
+    rec.wait(4)
+    assert rec.order(JobDone) == ["blocker", "first", "early-deadline", "late-deadline"]
+
+
+def test_a_first_segment_interrupts_a_long_job_between_chunks(worker: ComputeWorker) -> None:
+    rec = Recorder()
+    started = threading.Event()
+    long = rec.job("long", LONG, first=False)
+    original = long.on_event
+
+    def notify(event: JobEvent) -> None:
+        original(event)
+        started.set()
+
+    long.on_event = notify
+    worker.submit(long)
+    assert started.wait(30)
+    worker.submit(rec.job("first", "Hi there.", first=True))
+    rec.wait(2)
+    names = [name for name, _ in rec.events]
+    assert names.index("first") < len(names) - 1 - names[::-1].index("long")
+    assert len(rec.order(JobAudio)) > 3
+
+
+def test_cancelled_job_stops_at_next_chunk(worker: ComputeWorker) -> None:
+    rec = Recorder()
+    job = rec.job("long", LONG, first=False)
+    got_audio = threading.Event()
+    original = job.on_event
+
+    def cancel_after_first(event: JobEvent) -> None:
+        original(event)
+        ComputeWorker.cancel(job)
+        got_audio.set()
+
+    job.on_event = cancel_after_first
+    worker.submit(job)
+    assert got_audio.wait(30)
+    probe = rec.job("probe", "Done.", first=True)
+    worker.submit(probe)
+    rec.wait(1)
+    assert rec.order(JobAudio).count("long") == 1
+    assert "long" not in rec.order(JobDone)
+
+
+class FailsOnMarker:
+    """The real Piper engine with one injected fault: the only way to make synthesis raise."""
+
+    name = "piper-faulty"
+
+    def __init__(self, inner: Engine) -> None:
+        self.inner = inner
+        self.sample_rate = inner.sample_rate
+
+    def synthesize(self, text: str, options: SynthesisOptions) -> Iterator[npt.NDArray[np.float32]]:
+        if "FAIL" in text:
+            raise RuntimeError("injected engine fault")
+        return self.inner.synthesize(text, options)
+
+
+def test_engine_failure_is_reported_and_the_worker_goes_on() -> None:
+    build = engine_factory("piper")
+    worker = ComputeWorker(lambda: FailsOnMarker(build()))
+    worker.start()
+    try:
+        rec = Recorder()
+        worker.submit(rec.job("bad", "please FAIL now", first=True))
+        worker.submit(rec.job("good", "Fine.", first=True))
+        rec.wait(2)
+    finally:
+        worker.stop()
+    failed = [e for n, e in rec.events if n == "bad"]
+    assert len(failed) == 1 and isinstance(failed[0], JobFailed)
+    assert "injected engine fault" in failed[0].message
+    assert rec.order(JobDone) == ["good"]
+    assert worker.stats.jobs_failed == 1
+
+
+def test_engine_that_fails_to_load_is_reported() -> None:
+    worker = ComputeWorker(engine_factory("piper", "/nonexistent/voice.onnx"))
+    with pytest.raises(RuntimeError, match="engine failed to load"):
+        worker.start()
