@@ -109,20 +109,20 @@ async def test_bad_input_gets_typed_errors_and_the_session_goes_on(
         await client.ws.send(data)
         event = await client.recv(timeout(5))
         assert isinstance(event, Error), event
-        assert event.code is code and event.message
+        assert event.code == code and event.message
     await client.turn_reset("a")
     await client.turn_reset("a")
     dup = await client.recv(timeout(5))
-    assert isinstance(dup, Error) and dup.code is ErrorCode.DUPLICATE_TURN_ID
+    assert isinstance(dup, Error) and dup.code == ErrorCode.DUPLICATE_TURN_ID
     await client.text_delta("y" * (limits.max_pending_text_chars + 1))
     full = await client.recv(timeout(5))
-    assert isinstance(full, Error) and full.code is ErrorCode.TEXT_BACKLOG_FULL
+    assert isinstance(full, Error) and full.code == ErrorCode.TEXT_BACKLOG_FULL
     await client.end_text()  # an empty turn is done at once
     done = await client.recv(timeout(5))
     assert done == TurnDone(turn_id="a", samples=0, cancelled=False)
     await client.end_text()
     late = await client.recv(timeout(5))
-    assert isinstance(late, Error) and late.code is ErrorCode.NO_ACTIVE_TURN
+    assert isinstance(late, Error) and late.code == ErrorCode.NO_ACTIVE_TURN
     turn = await client.speak("Still working.", timeout=timeout(20))
     assert_intact(turn)
     assert not turn.errors

@@ -12,11 +12,13 @@ from voicews.protocol import (
     EndText,
     SessionUpdate,
     TextDelta,
+    TurnDone,
     TurnReset,
     decode_frame,
     encode_frame,
     json_schemas,
     parse_client_message,
+    parse_server_event,
 )
 
 SCHEMA_DIR = Path(__file__).parent.parent / "protocol" / "schema"
@@ -54,6 +56,8 @@ def test_valid_client_messages(data: str, expected: object) -> None:
         ('{"type": "text_delta", "text": "a", "extra": 1}', ErrorCode.INVALID_MESSAGE),
         ('{"type": "session_update", "speed": 9}', ErrorCode.INVALID_MESSAGE),
         ('{"type": "session_update", "speed": "fast"}', ErrorCode.INVALID_MESSAGE),
+        ('{"type": "session_update", "speed": "1.5"}', ErrorCode.INVALID_MESSAGE),
+        ('{"type": "session_update", "speed": true}', ErrorCode.INVALID_MESSAGE),
     ],
 )
 def test_invalid_client_messages_get_precise_codes(data: str | bytes, code: ErrorCode) -> None:
@@ -80,6 +84,24 @@ def test_audio_frame_is_a_msgpack_map_with_raw_pcm() -> None:
     }
     assert decode_frame(data) == frame
     assert frame.samples == 2
+
+
+def test_schemas_require_type_and_leave_server_events_open() -> None:
+    schemas = json_schemas()
+    client = schemas["client_message.schema.json"]["$defs"]
+    assert all(d["required"][0] == "type" for d in client.values())
+    assert all(d.get("additionalProperties") is False for d in client.values())
+    server = schemas["server_event.schema.json"]["$defs"]
+    assert "type" in server["TurnDone"]["required"]
+    assert all("additionalProperties" not in d for d in server.values())
+
+
+def test_clients_skip_event_types_from_newer_servers() -> None:
+    assert parse_server_event('{"type": "word_timing", "turn_id": "t1"}') is None
+    done = parse_server_event(
+        '{"type": "turn_done", "turn_id": "t1", "samples": 5, "cancelled": false, "new": 1}'
+    )
+    assert done == TurnDone(turn_id="t1", samples=5, cancelled=False)
 
 
 def test_committed_json_schemas_match_the_models() -> None:

@@ -201,6 +201,7 @@ def test_engine_failure_ends_turn_and_session_goes_on() -> None:
     s.on_failed(one(s).job_id, "boom", 0.1)
     items = drain(s)
     assert errors(items) == [ErrorCode.SYNTHESIS_FAILED]
+    assert not any(isinstance(i, SegmentStarted) for i in items)  # nothing was spoken
     assert items[-1] == TurnDone(turn_id="t1", samples=0, cancelled=True)
     s.handle(TurnReset(turn_id="t2"), 0.2)
     s.handle(TextDelta(text="Still here."), 0.2)

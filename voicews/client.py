@@ -146,10 +146,14 @@ class RealtimeClient:
         await self.ws.send(encode_event(SessionUpdate(speed=speed)))
 
     async def recv(self, timeout: float | None = None) -> Received:
-        data = await asyncio.wait_for(self.ws.recv(), timeout)
-        if isinstance(data, bytes):
-            return decode_frame(data)
-        return parse_server_event(data)
+        """The next frame or event; event types newer than this client are skipped."""
+        while True:
+            data = await asyncio.wait_for(self.ws.recv(), timeout)
+            if isinstance(data, bytes):
+                return decode_frame(data)
+            event = parse_server_event(data)
+            if event is not None:
+                return event
 
     async def speak(
         self,

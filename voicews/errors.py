@@ -14,7 +14,7 @@ class ErrorCode(StrEnum):
     """Wire error codes. None of them closes the connection."""
 
     INVALID_JSON = "invalid_json"
-    """A text frame that is not valid JSON (or not valid UTF-8)."""
+    """A text frame that is not valid JSON. (Invalid UTF-8 closes the socket with 1007.)"""
     INVALID_MESSAGE = "invalid_message"
     """Valid JSON whose fields are missing, unknown, out of bounds or of the wrong type."""
     UNKNOWN_TYPE = "unknown_type"

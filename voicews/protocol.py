@@ -23,8 +23,24 @@ REALTIME_PATH = "/v1/realtime"
 TurnId = Annotated[str, Field(min_length=1, max_length=128)]
 
 
+def _require_type(schema: dict[str, Any]) -> None:
+    required = schema.setdefault("required", [])
+    if "type" not in required:
+        required.insert(0, "type")
+
+
 class _Message(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    """Client messages: strict, so nothing a client sends is silently coerced or ignored."""
+
+    model_config = ConfigDict(
+        extra="forbid", strict=True, frozen=True, json_schema_extra=_require_type
+    )
+
+
+class _Event(BaseModel):
+    """Server events: open to new fields within a protocol version (clients ignore them)."""
+
+    model_config = ConfigDict(frozen=True, json_schema_serialization_defaults_required=True)
 
 
 # --- client -> server -------------------------------------------------------------------
@@ -67,13 +83,13 @@ _client_adapter: TypeAdapter[ClientMessage] = TypeAdapter(ClientMessage)
 # --- server -> client -------------------------------------------------------------------
 
 
-class AudioFormat(_Message):
+class AudioFormat(_Event):
     sample_rate: int
     channels: Literal[1] = 1
     format: Literal["pcm_s16le"] = "pcm_s16le"
 
 
-class Limits(_Message):
+class Limits(_Event):
     """Bounds the server enforces; exceeding one gets its own error code."""
 
     max_message_bytes: int
@@ -82,7 +98,7 @@ class Limits(_Message):
     max_pending_audio_ms: int
 
 
-class SessionCreated(_Message):
+class SessionCreated(_Event):
     type: Literal["session_created"] = "session_created"
     session_id: str
     protocol: int = PROTOCOL_VERSION
@@ -90,7 +106,7 @@ class SessionCreated(_Message):
     limits: Limits
 
 
-class SegmentStarted(_Message):
+class SegmentStarted(_Event):
     """A piece of text starts being spoken at ``start_sample`` of its turn."""
 
     type: Literal["segment"] = "segment"
@@ -99,7 +115,7 @@ class SegmentStarted(_Message):
     start_sample: int
 
 
-class TurnDone(_Message):
+class TurnDone(_Event):
     """Sent after the turn's last audio frame; ``samples`` is the audio sent for the turn."""
 
     type: Literal["turn_done"] = "turn_done"
@@ -108,9 +124,11 @@ class TurnDone(_Message):
     cancelled: bool
 
 
-class Error(_Message):
+class Error(_Event):
+    """A refusal; ``code`` is one of :class:`ErrorCode`, and later versions may add codes."""
+
     type: Literal["error"] = "error"
-    code: ErrorCode
+    code: str = Field(json_schema_extra={"examples": [c.value for c in ErrorCode]})
     message: str
     turn_id: str | None = None
 
@@ -118,6 +136,7 @@ class Error(_Message):
 ServerEvent = Annotated[
     SessionCreated | SegmentStarted | TurnDone | Error, Field(discriminator="type")
 ]
+SERVER_TYPES = ("session_created", "segment", "turn_done", "error")
 _server_adapter: TypeAdapter[ServerEvent] = TypeAdapter(ServerEvent)
 
 
@@ -174,8 +193,12 @@ def encode_event(event: BaseModel) -> str:
     return event.model_dump_json(exclude_none=True)
 
 
-def parse_server_event(data: str) -> ServerEvent:
-    return _server_adapter.validate_json(data)
+def parse_server_event(data: str) -> ServerEvent | None:
+    """A server event, or None for an event type this client does not know (newer server)."""
+    obj = json.loads(data)
+    if obj.get("type") not in SERVER_TYPES:
+        return None
+    return _server_adapter.validate_python(obj)
 
 
 def encode_frame(frame: AudioFrame) -> bytes:
@@ -202,7 +225,7 @@ def json_schemas() -> dict[str, dict[str, Any]]:
     """JSON Schemas of both directions, as committed under ``protocol/schema/``."""
     return {
         "client_message.schema.json": _client_adapter.json_schema(),
-        "server_event.schema.json": _server_adapter.json_schema(),
+        "server_event.schema.json": _server_adapter.json_schema(mode="serialization"),
     }
 
 

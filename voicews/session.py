@@ -164,7 +164,7 @@ class Session:
         self.report(
             VoicewsError(ErrorCode.SYNTHESIS_FAILED, f"synthesis failed: {message}", turn.id)
         )
-        turn.job = None
+        turn.job = turn.segment = None
         self._finish(turn, cancelled=True)
 
     def tick(self, now: float) -> None:
