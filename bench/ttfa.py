@@ -70,7 +70,7 @@ class Run:
     end_to_last_ms: float | None
     rtf: float | None
     segments: int
-    first_segment: str | None
+    segment_texts: list[str]
     audio_s: float
     errors: list[str]
     cancelled: bool
@@ -93,7 +93,7 @@ class Run:
             end_to_last_ms=end_to_last,
             rtf=rtf,
             segments=len(turn.segments),
-            first_segment=turn.segments[0].text if turn.segments else None,
+            segment_texts=[segment.text for segment in turn.segments],
             audio_s=turn.duration,
             errors=[f"{e.code}: {e.message}" for e in turn.errors],
             cancelled=bool(turn.done and turn.done.cancelled),
@@ -146,7 +146,7 @@ class Summary:
             rtf_med=med(values(lambda r: r.rtf)),
             segments_med=med(values(lambda r: float(r.segments))),
             first_words_med=med(
-                values(lambda r: len(r.first_segment.split()) if r.first_segment else None)
+                values(lambda r: len(r.segment_texts[0].split()) if r.segment_texts else None)
             ),
             stalled_runs=sum(r.stall_ms > STALL_MS for r in runs),
             failed_runs=sum(bool(r.errors) or r.cancelled or r.ttfa_ms is None for r in runs),
