@@ -47,13 +47,14 @@ def test_relaxed_waits_for_sentence_end() -> None:
     assert seg.next_segment(Urgency.RELAXED) is None
 
 
-def test_urgent_prefers_clause_then_word() -> None:
+def test_urgent_cuts_at_clauses_and_critical_at_words() -> None:
     seg = Segmenter()
     seg.feed("It is sunny, warm and bri")
     got = seg.next_segment(Urgency.URGENT)
     assert got is not None and got.text == "It is sunny,"
     seg.feed("ght in the")
-    got = seg.next_segment(Urgency.URGENT)
+    assert seg.next_segment(Urgency.URGENT) is None  # only word ends: wait for more
+    got = seg.next_segment(Urgency.CRITICAL)
     assert got is not None and (got.text, got.boundary) == ("warm and bright in", Boundary.WORD)
 
 
@@ -68,6 +69,9 @@ def test_urgent_prefers_clause_then_word() -> None:
         ("Mail me at someone@example.com please.", "someone@example.com"),
         ("The U.S. team won.", "U.S. team"),
         ("J. R. Tolkien wrote it.", "J. R. Tolkien"),
+        ("It ships Mon. and arrives Wed.", "Mon. and"),
+        ("Meet Mr. Chen at 3 p.m. today.", "3 p.m."),
+        ("It is 18 degrees now.", "18 degrees"),
     ],
 )
 def test_never_cuts_inside_numbers_abbreviations_or_urls(text: str, span: str) -> None:
@@ -77,7 +81,7 @@ def test_never_cuts_inside_numbers_abbreviations_or_urls(text: str, span: str) -
         pieces: list[str] = []
         for delta in (text[:split], text[split:]):
             seg.feed(delta)
-            while (s := seg.next_segment(Urgency.URGENT)) is not None:
+            while (s := seg.next_segment(Urgency.CRITICAL)) is not None:
                 pieces.append(s.text)
         seg.close()
         pieces += drain(seg)
@@ -92,7 +96,7 @@ def test_protected_spans_stay_whole_in_small_deltas() -> None:
         pieces: list[str] = []
         for i in range(0, len(text), step):
             seg.feed(text[i : i + step])
-            while (s := seg.next_segment(Urgency.URGENT)) is not None:
+            while (s := seg.next_segment(Urgency.CRITICAL)) is not None:
                 pieces.append(s.text)
         seg.close()
         pieces += drain(seg)

@@ -172,14 +172,16 @@ def test_idle_flush_speaks_text_that_stopped_mid_sentence() -> None:
 
 
 def test_stall_guard_cuts_at_a_clause_before_the_listener_runs_dry() -> None:
-    s = make(stall_guard_ms=400, idle_flush_ms=10_000)  # + 0.1 s of measured latency
+    s = make(stall_guard_ms=400, idle_flush_ms=10_000)
     s.handle(TurnReset(turn_id="t1"), 0.0)
     s.handle(TextDelta(text="Hi, the forecast for today is sunny, warm and "), 0.0)
     synthesize(s, one(s), 1.0, 0.1)
     drain(s, 0.1)  # the listener now has audio until about t = 1.1
     assert s.take_submissions() == []  # no sentence end yet, and audio in hand
+    # "Hi," took 0.1 s (counted as 20 characters): the 42 pending would take 0.21 s.
+    play_end = 0.1 + 1.0 - 0.008  # less the crossfade tail held back
     wake = s.wakeup_at(0.1)
-    assert wake is not None and abs(wake - 0.6) < 0.05
+    assert wake is not None and abs(wake - (play_end - 0.4 - 0.1 / 20 * 42)) < 0.001
     s.tick(wake)
     assert one(s).text == "the forecast for today is sunny,"
 
@@ -188,10 +190,27 @@ def test_stall_guard_grows_with_the_synthesis_latency_it_sees() -> None:
     s = make(stall_guard_ms=100, idle_flush_ms=10_000)
     s.handle(TurnReset(turn_id="t1"), 0.0)
     s.handle(TextDelta(text="Hi, the forecast for today is sunny, warm and "), 0.0)
-    synthesize(s, one(s), 3.0, 0.9)  # a slow worker: 0.9 s to the first audio
+    synthesize(s, one(s), 3.0, 0.9)  # a slow worker: 0.9 s to the first audio of "Hi,"
     drain(s, 0.9)
     wake = s.wakeup_at(0.9)
-    assert wake is not None and abs(wake - (0.9 + 3.0 - 1.0)) < 0.05
+    play_end = 0.9 + 3.0 - 0.008
+    assert wake is not None and abs(wake - (play_end - 0.1 - 0.9 / 20 * 42)) < 0.001
+
+
+def test_word_cuts_wait_until_the_listener_is_nearly_dry() -> None:
+    s = make(stall_guard_ms=300, idle_flush_ms=10_000)  # clause at 0.4 s left, word at 0.2 s
+    s.handle(TurnReset(turn_id="t1"), 0.0)
+    s.handle(TextDelta(text="Sure, I can help with"), 0.0)
+    synthesize(s, one(s), 1.0, 0.1)
+    drain(s, 0.1)  # audio until about t = 1.09
+    wakes = []
+    while (wake := s.wakeup_at(wakes[-1] if wakes else 0.1)) is not None:
+        wakes.append(wake)
+        s.tick(wake)
+        if subs := s.take_submissions():
+            break
+    assert [round(w, 2) for w in wakes] == [0.69, 0.89]
+    assert [r.text for r in subs] == ["I can help"]
 
 
 def test_engine_failure_ends_turn_and_session_goes_on() -> None:

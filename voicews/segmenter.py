@@ -24,11 +24,12 @@ _EARLY_CLAUSE_END = ",;"
 _ABBREVIATIONS = frozenset(
     """mr mrs ms dr prof sr jr st vs etc no nos approx inc ltd co corp mt ft fig vol dept est
     gen gov sen rep capt lt col sgt jan feb mar apr jun jul aug sep sept oct nov dec cf al
-    ph.d""".split()
+    mon tue tues wed thu thur thurs fri sat sun ph.d""".split()
 )
 _DOTTED = re.compile(r"(?:[a-z]\.)+[a-z]")  # e.g, i.e, u.s.a, a.m
 _URL_LIKE = re.compile(r"://|@|/|www\.|\w\.\w")
 _TOKEN = re.compile(r"\S+")
+_NUMBER = re.compile(r"[$\u20ac\u00a3#]?\d[\d,.:]*%?")  # 3, $1,249.99, 10:30, 60%
 
 
 class Boundary(IntEnum):
@@ -47,7 +48,9 @@ class Urgency(Enum):
     RELAXED = "relaxed"
     """Audio in hand: wait for a sentence end (or a clause once the text grows long)."""
     URGENT = "urgent"
-    """The listener is about to run dry: the best boundary there is (sentence, clause, word)."""
+    """The listener is running low: a sentence or clause end, the longest piece there is."""
+    CRITICAL = "critical"
+    """The listener is about to run dry: the best boundary there is, a word end at worst."""
     FLUSH = "flush"
     """Text paused (idle) or ended: everything pending, up to the length cap."""
 
@@ -118,7 +121,11 @@ class Segmenter:
             if not over_cap:
                 return self._take_all()
             return self._oversize(cuts)
-        if urgency is Urgency.URGENT or over_cap:
+        if urgency is Urgency.URGENT:
+            clauses = [c for c in fitting if c.boundary >= Boundary.CLAUSE]
+            if clauses:
+                return self._take(clauses[-1])
+        if urgency is Urgency.CRITICAL or over_cap:
             best = self._best(fitting)
             if best is not None:
                 return self._take(best)
@@ -190,6 +197,8 @@ def _classify(token: str) -> Boundary | None:
         return Boundary.SENTENCE
     if last in _CLAUSE_END or core in _DASHES or last in (_EN_DASH, _EM_DASH):
         return Boundary.CLAUSE
+    if _NUMBER.fullmatch(core):
+        return None  # a number belongs with what follows: "3 p.m.", "18 degrees"
     return Boundary.WORD
 
 

@@ -35,7 +35,10 @@ from .protocol import (
 from .segmenter import Segment, Segmenter, SegmenterConfig, Urgency
 
 Outgoing = SessionCreated | SegmentStarted | TurnDone | Error | AudioFrame
-_INITIAL_LATENCY = 0.1  # seconds from submitting a segment to its first audio, until measured
+# Seconds from submitting a segment to its first audio, per character of its text (the
+# engine may compute the whole segment first), until measured; short texts count as 20.
+_INITIAL_LATENCY_PER_CHAR = 0.1 / 20
+_MIN_CHARS = 20
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,8 +52,8 @@ class SessionConfig:
     idle_flush_ms: int = 500
     """Text that stops arriving mid-sentence (without ``end_text``) is spoken after this."""
     stall_guard_ms: int = 150
-    """Cut at the best boundary at hand once the listener has less audio left than this
-    margin plus the synthesis latency the session has been seeing."""
+    """Cut at a clause once the listener has less audio left than this margin plus the
+    synthesis latency the session has been seeing; at any word once a third of it is left."""
     segmenter: SegmenterConfig = field(default_factory=SegmenterConfig)
     stitch: StitchConfig = field(default_factory=StitchConfig)
 
@@ -108,7 +111,7 @@ class Session:
         self._turn: _Turn | None = None
         self._last_turn_id: str | None = None
         self._job_ids = itertools.count(1)
-        self._latency = _INITIAL_LATENCY
+        self._latency_per_char = _INITIAL_LATENCY_PER_CHAR
         self._submissions: list[SynthesisRequest] = []
         self._cancellations: list[int] = []
 
@@ -146,7 +149,7 @@ class Session:
             return
         if not turn.job_audio:
             turn.job_audio = True
-            self._observe_latency(now - turn.job.submitted_at)
+            self._observe_latency(now - turn.job.submitted_at, len(turn.job.text))
         self._emit(turn, turn.stitcher.push(audio))
 
     def on_done(self, job_id: int, now: float) -> None:
@@ -213,9 +216,9 @@ class Session:
             return None
         times = [turn.last_delta + self.config.idle_flush_ms / 1000]
         if turn.play_end is not None:
-            urgent = turn.play_end - self._guard
-            if urgent > now:
-                times.append(urgent)
+            for guard in self._guards(turn):
+                if turn.play_end - guard > now:
+                    times.append(turn.play_end - guard)
         return min(times)
 
     @property
@@ -314,18 +317,30 @@ class Session:
             return Urgency.FLUSH if idle else Urgency.FIRST
         if idle:
             return Urgency.FLUSH
-        if self._ahead(turn, now) <= self._guard:
+        clause_guard, word_guard = self._guards(turn)
+        ahead = self._ahead(turn, now)
+        if ahead <= word_guard:
+            return Urgency.CRITICAL
+        if ahead <= clause_guard:
             return Urgency.URGENT
         return Urgency.RELAXED
 
-    @property
-    def _guard(self) -> float:
-        """Audio the listener must still have when the next segment is cut."""
-        return self.config.stall_guard_ms / 1000 + self._latency
+    def _guards(self, turn: _Turn) -> tuple[float, float]:
+        """Audio left at which to cut at a clause, and at which to cut at any word.
 
-    def _observe_latency(self, sample: float) -> None:
-        """Track synthesis latency: rise at once with a slower job, decay slowly after."""
-        self._latency = sample if sample > self._latency else 0.9 * self._latency + 0.1 * sample
+        Both leave room for synthesizing all the pending text (up to a segment's cap) at the
+        latency per character this session has been seeing.
+        """
+        chars = min(turn.segmenter.pending_chars, self.config.segmenter.max_chars)
+        latency = self._latency_per_char * max(chars, _MIN_CHARS)
+        margin = self.config.stall_guard_ms / 1000
+        return latency + margin, latency + margin / 3
+
+    def _observe_latency(self, seconds: float, chars: int) -> None:
+        """Rise at once with a slower job, decay slowly after."""
+        sample = seconds / max(chars, _MIN_CHARS)
+        old = self._latency_per_char
+        self._latency_per_char = sample if sample > old else 0.9 * old + 0.1 * sample
 
     def _ahead(self, turn: _Turn, now: float) -> float:
         """Seconds of audio the listener has left, counting audio not yet sent."""
