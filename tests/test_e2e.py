@@ -176,7 +176,8 @@ async def test_slow_reader_pauses_only_its_own_synthesis(server: VoicewsServer) 
         await slow.turn_reset("slow")
         await slow.text_delta(text)
         await slow.end_text()
-        session = next(s for s in server.sessions.values() if s.id == slow.created.session_id)
+        assert server.app is not None
+        session = server.app.sessions[slow.created.session_id]
         bound = TEST_CONFIG.session.max_pending_audio_ms * 22050 // 1000
         while session.pending_audio_samples < bound:  # the queue fills: nobody reads
             await asyncio.sleep(0.02)

@@ -153,7 +153,7 @@ def test_slow_reader_pauses_synthesis_until_audio_is_read() -> None:
     s.handle(TextDelta(text="First one. Second one. Third one. "), 0.0)
     synthesize(s, one(s), 1.5, 0.1)  # 1.5 s queued, over the 1 s bound
     assert s.take_submissions() == []
-    assert s.wakeup_at(0.1) is None  # paused: no timers either
+    assert s.wakeup_at(0.1) == 600.0  # paused: no timer but the turn-duration limit
     while s.pending_audio_samples >= RATE:
         s.pop(0.2)
     assert one(s).text == "Second one."
@@ -211,6 +211,74 @@ def test_word_cuts_wait_until_the_listener_is_nearly_dry() -> None:
             break
     assert [round(w, 2) for w in wakes] == [0.69, 0.89]
     assert [r.text for r in subs] == ["I can help"]
+
+
+def test_rate_limit_refuses_messages_over_the_rate() -> None:
+    s = make(max_messages_per_second=10)
+    admitted = [s.admit(0.0) for _ in range(12)]
+    assert admitted == [True] * 10 + [False] * 2
+    assert errors(drain(s)) == [ErrorCode.RATE_LIMITED] * 2
+    assert s.admit(0.1)  # a tenth of a second refills one message
+    assert not s.admit(0.1)
+
+
+def test_turn_duration_limit_cuts_the_turn() -> None:
+    s = make(max_turn_seconds=5.0)
+    s.handle(TurnReset(turn_id="t1"), 0.0)
+    s.handle(TextDelta(text="Hello there, a long one. "), 0.0)
+    req = one(s)
+    assert s.wakeup_at(0.0) == 5.0
+    s.tick(5.0)
+    assert s.take_cancellations() == [req.job_id]
+    items = drain(s, 5.0)
+    assert errors(items) == [ErrorCode.TURN_DURATION_EXCEEDED]
+    assert items[-1] == TurnDone(turn_id="t1", samples=0, cancelled=True)
+
+
+def test_idle_session_is_closed_after_the_idle_timeout() -> None:
+    s = make(idle_timeout_s=30.0)
+    s.start(0.0)
+    assert s.wakeup_at(0.0) == 30.0
+    s.admit(10.0)
+    s.tick(30.0)
+    assert s.close_request is None
+    s.tick(40.0)
+    assert errors(drain(s)) == [ErrorCode.IDLE_TIMEOUT]
+    assert s.close_request is not None and s.close_request.code == 1000
+
+
+def test_draining_finishes_the_turn_then_asks_to_close() -> None:
+    s = make()
+    s.handle(TurnReset(turn_id="t1"), 0.0)
+    s.handle(TextDelta(text="Almost done."), 0.0)
+    s.handle(EndText(), 0.0)
+    req = one(s)
+    s.drain(0.1)
+    assert s.close_request is None
+    s.handle(TurnReset(turn_id="t2"), 0.1)
+    synthesize(s, req, 0.5, 0.2)
+    items = drain(s, 0.2)
+    assert errors(items) == [ErrorCode.SHUTTING_DOWN]
+    assert items[-1] == TurnDone(
+        turn_id="t1",
+        samples=sum(i.samples for i in items if isinstance(i, AudioFrame)),
+        cancelled=False,
+    )
+    assert s.close_request is not None and s.close_request.code == 1001
+
+
+def test_stats_record_first_audio_stalls_and_outcomes() -> None:
+    s = make()
+    s.handle(TurnReset(turn_id="t1"), 0.0)
+    s.handle(TextDelta(text="Hello there, you. "), 0.5)
+    synthesize(s, one(s), 0.5, 0.6)
+    drain(s, 0.7)
+    synthesize(s, one(s), 0.5, 2.0)  # the listener ran dry near t = 1.2
+    s.handle(EndText(), 2.0)
+    drain(s, 2.0)
+    assert [round(x, 3) for x in s.stats.first_audio] == [0.2]
+    assert len(s.stats.stalls) == 1 and 0.75 < s.stats.stalls[0] < 0.85
+    assert s.stats.turns == ["done"]
 
 
 def test_engine_failure_ends_turn_and_session_goes_on() -> None:

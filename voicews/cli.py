@@ -13,6 +13,7 @@ import threading
 from collections.abc import AsyncIterator
 from dataclasses import replace
 
+from .access import TOKENS_ENV, AccessPolicy, load_tokens
 from .client import RealtimeClient
 from .engines import ENGINES
 from .protocol import REALTIME_PATH
@@ -29,7 +30,25 @@ def main(argv: list[str] | None = None) -> None:
     serve.add_argument("--port", type=int, default=8765)
     serve.add_argument("--engine", choices=sorted(ENGINES), default="piper")
     serve.add_argument("--voice", help="Piper voice .onnx (default: bundled en_US-joe-medium)")
-    serve.add_argument("--idle-flush-ms", type=int, default=SessionConfig().idle_flush_ms)
+    defaults = SessionConfig()
+    serve.add_argument("--idle-flush-ms", type=int, default=defaults.idle_flush_ms)
+    serve.add_argument("--max-sessions", type=int, default=defaults.max_sessions)
+    serve.add_argument(
+        "--token-file", help=f"bearer tokens, one per line (also ${TOKENS_ENV}, comma-separated)"
+    )
+    serve.add_argument(
+        "--allow-origin",
+        action="append",
+        default=[],
+        metavar="ORIGIN",
+        help="browser Origin allowed to connect (repeatable; default: any)",
+    )
+    serve.add_argument(
+        "--drain-timeout",
+        type=float,
+        default=ServerConfig().drain_timeout,
+        help="seconds live turns may take to finish on SIGTERM",
+    )
     serve.add_argument("--log-level", default="INFO")
 
     say = commands.add_parser("say", help="speak text through a running service into a WAV")
@@ -41,13 +60,21 @@ def main(argv: list[str] | None = None) -> None:
 
     args = parser.parse_args(argv)
     if args.command == "serve":
-        logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(message)s")
+        logging.basicConfig(
+            level=args.log_level, format="%(asctime)s level=%(levelname)s %(message)s"
+        )
         config = ServerConfig(
             host=args.host,
             port=args.port,
             engine=args.engine,
             voice=args.voice,
-            session=replace(SessionConfig(), idle_flush_ms=args.idle_flush_ms),
+            drain_timeout=args.drain_timeout,
+            session=replace(
+                defaults, idle_flush_ms=args.idle_flush_ms, max_sessions=args.max_sessions
+            ),
+            access=AccessPolicy(
+                tokens=load_tokens(args.token_file), allowed_origins=frozenset(args.allow_origin)
+            ),
         )
         asyncio.run(_serve(config))
     else:
@@ -63,7 +90,7 @@ async def _serve(config: ServerConfig) -> None:
         loop.add_signal_handler(sig, stop.set)
     print(f"voicews: listening on {server.url}", flush=True)
     await stop.wait()
-    await server.close()
+    await server.close(drain=True)
 
 
 async def _say(args: argparse.Namespace) -> int:

@@ -11,7 +11,7 @@ from enum import StrEnum
 
 
 class ErrorCode(StrEnum):
-    """Wire error codes. None of them closes the connection."""
+    """Wire error codes. Only ``idle_timeout`` and ``shutting_down`` precede a close."""
 
     INVALID_JSON = "invalid_json"
     """A text frame that is not valid JSON. (Invalid UTF-8 closes the socket with 1007.)"""
@@ -33,6 +33,14 @@ class ErrorCode(StrEnum):
     """The delta would push unspoken text over ``limits.max_pending_text_chars``."""
     TURN_TEXT_TOO_LONG = "turn_text_too_long"
     """The delta would push the turn's text over ``limits.max_turn_text_chars``."""
+    RATE_LIMITED = "rate_limited"
+    """More messages per second than ``limits.max_messages_per_second``; the message is refused."""
+    TURN_DURATION_EXCEEDED = "turn_duration_exceeded"
+    """The turn ran longer than ``limits.max_turn_seconds``; it is cut like a barge-in."""
+    IDLE_TIMEOUT = "idle_timeout"
+    """No message and no turn for ``limits.idle_timeout_s``; the server then closes (1000)."""
+    SHUTTING_DOWN = "shutting_down"
+    """The server is draining: no new turns; it closes (1001) once the current turn is done."""
     SYNTHESIS_FAILED = "synthesis_failed"
     """The engine failed on the turn's text; the turn ends, the session goes on."""
     INTERNAL_ERROR = "internal_error"

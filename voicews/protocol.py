@@ -96,6 +96,10 @@ class Limits(_Event):
     max_turn_text_chars: int
     max_pending_text_chars: int
     max_pending_audio_ms: int
+    max_messages_per_second: int
+    max_sessions: int
+    idle_timeout_s: float
+    max_turn_seconds: float
 
 
 class SessionCreated(_Event):

@@ -1,40 +1,27 @@
-"""WebSocket I/O around the sans-I/O session: moves messages, runs nothing heavy.
+"""Runs the app: the compute worker plus uvicorn in this process, and graceful shutdown.
 
-Each connection has a receive loop (client frames -> session), a send loop (session outbox ->
-socket, awaiting the socket's drain, which is what makes a slow reader pause its own
-synthesis), and a timer for the session's idle-flush and stall-guard deadlines. Synthesis
-results come back from the compute worker thread through ``call_soon_threadsafe``.
+uvicorn moves the bytes (HTTP/1.1 through h11, WebSocket through the sans-I/O protocol of
+``websockets``); the app decides. Shutdown drains first: new sessions are refused, live turns
+finish up to ``drain_timeout``, sessions close with 1001, then uvicorn stops.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
 import socket
-import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from functools import partial
-from http import HTTPStatus
-from urllib.parse import urlsplit
 
-from websockets.asyncio.server import Server, ServerConnection, serve
-from websockets.exceptions import ConnectionClosed
-from websockets.http11 import Request, Response
+import uvicorn
 
+from . import logs
+from .access import AccessPolicy
+from .app import AppConfig, VoicewsApp
 from .engines import engine_factory
-from .errors import ErrorCode, VoicewsError
-from .protocol import (
-    REALTIME_PATH,
-    AudioFrame,
-    encode_event,
-    encode_frame,
-    parse_client_message,
-)
-from .session import Session, SessionConfig
-from .worker import ComputeWorker, Job, JobAudio, JobDone, JobEvent, JobFailed
-
-log = logging.getLogger(__name__)
+from .protocol import REALTIME_PATH
+from .session import SessionConfig
+from .worker import ComputeWorker
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,186 +33,106 @@ class ServerConfig:
     socket_send_buffer: int = 128 * 1024
     """Kernel send buffer per socket. Small, so a slow reader's backlog stays in our bounded
     queue (where barge-in can drop it) rather than in seconds of unretractable kernel buffer."""
+    ping_interval: float = 20.0
+    """Seconds between keepalive pings; a peer that does not answer within ``ping_timeout``
+    is dropped."""
+    ping_timeout: float = 20.0
+    drain_timeout: float = 30.0
+    """On shutdown, how long live turns may take to finish."""
     session: SessionConfig = field(default_factory=SessionConfig)
+    access: AccessPolicy = field(default_factory=AccessPolicy)
+
+
+class _Embedded(uvicorn.Server):
+    """uvicorn without its own signal handlers: the service decides how to shut down."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
 
 
 class VoicewsServer:
-    """The service: one compute worker, any number of WebSocket sessions."""
-
     def __init__(self, config: ServerConfig, worker: ComputeWorker | None = None) -> None:
         self.config = config
         self.worker = worker or ComputeWorker(engine_factory(config.engine, config.voice))
-        self.sessions: dict[str, Session] = {}
-        self._server: Server | None = None
+        self.app: VoicewsApp | None = None
+        self._uvicorn: _Embedded | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._socket: socket.socket | None = None
 
     async def start(self) -> None:
         await asyncio.to_thread(self.worker.start)
-        self._server = await serve(
-            self._handle,
-            self.config.host,
-            self.config.port,
-            process_request=self._route,
+        voice = self.config.voice or "en_US-joe-medium"
+        self.app = VoicewsApp(
+            AppConfig(
+                session=self.config.session,
+                access=self.config.access,
+                voice_name=voice.rpartition("/")[2].removesuffix(".onnx"),
+            ),
+            self.worker,
+        )
+        self._socket = self._listen()
+        config = uvicorn.Config(
+            self.app,
+            http="h11",
+            ws="websockets-sansio",
+            lifespan="off",
             # Frames past our own limit get a typed error; only absurd ones close the socket.
-            max_size=max(4 * self.config.session.max_message_bytes, 1 << 20),
+            ws_max_size=max(4 * self.config.session.max_message_bytes, 1 << 20),
+            ws_ping_interval=self.config.ping_interval,
+            ws_ping_timeout=self.config.ping_timeout,
+            ws_per_message_deflate=False,  # PCM does not compress; deflate only adds latency
+            log_config=None,
+            access_log=False,  # our own structured log lines, which never carry tokens
+            timeout_graceful_shutdown=5,
         )
-        log.info(
-            "voicews listening on ws://%s:%d%s (engine %s, %d Hz)",
-            self.config.host,
-            self.port,
-            REALTIME_PATH,
-            self.worker.engine_name,
-            self.worker.sample_rate,
+        self._uvicorn = _Embedded(config)
+        self._task = asyncio.create_task(self._uvicorn.serve(sockets=[self._socket]))
+        while not self._uvicorn.started:
+            if self._task.done():
+                self._task.result()
+            await asyncio.sleep(0.01)
+        logs.event(
+            "listening",
+            url=self.url,
+            engine=self.worker.engine_name,
+            voice=voice,
+            sample_rate=self.worker.sample_rate,
         )
+
+    def _listen(self) -> socket.socket:
+        family = socket.AF_INET6 if ":" in self.config.host else socket.AF_INET
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        # Accepted sockets inherit the listener's send buffer size.
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, self.config.socket_send_buffer)
+        sock.bind((self.config.host, self.config.port))
+        sock.listen(1024)
+        sock.setblocking(False)
+        return sock
 
     @property
     def port(self) -> int:
-        assert self._server is not None
-        port: int = next(iter(self._server.sockets)).getsockname()[1]
+        assert self._socket is not None
+        port: int = self._socket.getsockname()[1]
         return port
 
     @property
     def url(self) -> str:
-        return f"ws://{self.config.host}:{self.port}{REALTIME_PATH}"
+        host = f"[{self.config.host}]" if ":" in self.config.host else self.config.host
+        return f"ws://{host}:{self.port}{REALTIME_PATH}"
 
-    async def close(self) -> None:
-        if self._server is not None:
-            self._server.close()
-            await self._server.wait_closed()
+    @property
+    def http_url(self) -> str:
+        return self.url.replace("ws://", "http://", 1).removesuffix(REALTIME_PATH)
+
+    async def close(self, drain: bool = False) -> None:
+        """Stop; with ``drain``, let live turns finish first (up to ``drain_timeout``)."""
+        if self.app is not None and drain:
+            logs.event("draining", sessions=len(self.app.sessions))
+            finished = await self.app.drain(self.config.drain_timeout)
+            logs.event("drained", all_finished=finished)
+        if self._uvicorn is not None and self._task is not None:
+            self._uvicorn.should_exit = True
+            await self._task
         await asyncio.to_thread(self.worker.stop)
-
-    async def serve_forever(self) -> None:
-        assert self._server is not None
-        await self._server.wait_closed()
-
-    def _route(self, connection: ServerConnection, request: Request) -> Response | None:
-        path = urlsplit(request.path).path
-        if path == "/healthz":
-            return connection.respond(HTTPStatus.OK, "ok\n")
-        if path != REALTIME_PATH:
-            return connection.respond(
-                HTTPStatus.NOT_FOUND, f"not found; the realtime endpoint is {REALTIME_PATH}\n"
-            )
-        return None
-
-    async def _handle(self, ws: ServerConnection) -> None:
-        sock = ws.transport.get_extra_info("socket")
-        if sock is not None:
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, self.config.socket_send_buffer)
-        session = Session(uuid.uuid4().hex, self.worker.sample_rate, self.config.session)
-        self.sessions[session.id] = session
-        log.info("session %s opened from %s", session.id, ws.remote_address)
-        try:
-            await _Connection(ws, session, self.worker).run()
-        finally:
-            del self.sessions[session.id]
-            log.info("session %s closed (code %s)", session.id, ws.close_code)
-
-
-class _Connection:
-    def __init__(self, ws: ServerConnection, session: Session, worker: ComputeWorker) -> None:
-        self._ws = ws
-        self._session = session
-        self._worker = worker
-        self._loop = asyncio.get_running_loop()
-        self._wake = asyncio.Event()
-        self._jobs: dict[int, Job] = {}
-        self._timer: asyncio.TimerHandle | None = None
-
-    async def run(self) -> None:
-        limit = self._session.config.max_message_bytes
-        try:
-            await self._ws.send(encode_event(self._session.created()))
-            sender = asyncio.create_task(self._send_loop())
-            try:
-                async for data in self._ws:
-                    self._receive(data, limit)
-            finally:
-                sender.cancel()
-                with contextlib.suppress(asyncio.CancelledError, ConnectionClosed):
-                    await sender
-        except ConnectionClosed:
-            pass
-        finally:
-            self._session.close()
-            self._sync()
-            if self._timer is not None:
-                self._timer.cancel()
-
-    def _receive(self, data: str | bytes, limit: int) -> None:
-        session = self._session
-        size = len(data) if isinstance(data, bytes) else len(data.encode())
-        try:
-            if size > limit:
-                raise VoicewsError(
-                    ErrorCode.MESSAGE_TOO_LARGE,
-                    f"message of {size} bytes refused; the limit is {limit} bytes",
-                )
-            session.handle(parse_client_message(data), self._loop.time())
-        except VoicewsError as exc:
-            session.report(exc)
-        except Exception:
-            log.exception("session %s: unexpected error handling a message", session.id)
-            session.report(VoicewsError(ErrorCode.INTERNAL_ERROR, "internal error"))
-        self._sync()
-
-    async def _send_loop(self) -> None:
-        while True:
-            await self._wake.wait()
-            item = self._session.pop(self._loop.time())
-            if item is None:
-                self._wake.clear()
-                continue
-            if isinstance(item, AudioFrame):
-                await self._ws.send(encode_frame(item))
-            else:
-                await self._ws.send(encode_event(item))
-            self._sync()
-
-    def _sync(self) -> None:
-        """Carry the session's requests out: jobs to the worker, wake the sender, set timer."""
-        session = self._session
-        for request in session.take_submissions():
-            job = Job(
-                text=request.text,
-                options=request.options,
-                first=request.first,
-                deadline=request.deadline,
-                on_event=partial(self._from_worker, request.job_id),
-            )
-            self._jobs[request.job_id] = job
-            self._worker.submit(job)
-        for job_id in session.take_cancellations():
-            cancelled = self._jobs.pop(job_id, None)
-            if cancelled is not None:
-                self._worker.cancel(cancelled)
-        if session.outbox:
-            self._wake.set()
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
-        wake_at = session.wakeup_at(self._loop.time())
-        if wake_at is not None:
-            self._timer = self._loop.call_at(wake_at, self._tick)
-
-    def _tick(self) -> None:
-        self._timer = None
-        self._session.tick(self._loop.time())
-        self._sync()
-
-    def _from_worker(self, job_id: int, event: JobEvent) -> None:
-        """Runs on the compute thread: hand the event to the event loop."""
-        with contextlib.suppress(RuntimeError):  # the loop is closed: shutting down
-            self._loop.call_soon_threadsafe(self._on_job_event, job_id, event)
-
-    def _on_job_event(self, job_id: int, event: JobEvent) -> None:
-        session, now = self._session, self._loop.time()
-        match event:
-            case JobAudio(audio=audio):
-                session.on_audio(job_id, audio, now)
-            case JobDone():
-                self._jobs.pop(job_id, None)
-                session.on_done(job_id, now)
-            case JobFailed(message=message):
-                self._jobs.pop(job_id, None)
-                session.on_failed(job_id, message, now)
-        self._sync()

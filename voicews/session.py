@@ -39,6 +39,7 @@ Outgoing = SessionCreated | SegmentStarted | TurnDone | Error | AudioFrame
 # engine may compute the whole segment first), until measured; short texts count as 20.
 _INITIAL_LATENCY_PER_CHAR = 0.1 / 20
 _MIN_CHARS = 20
+_STALL_TOLERANCE = 0.02  # a frame this late after the listener ran dry counts as a stall
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,6 +55,14 @@ class SessionConfig:
     stall_guard_ms: int = 150
     """Cut at a clause once the listener has less audio left than this margin plus the
     synthesis latency the session has been seeing; at any word once a third of it is left."""
+    max_messages_per_second: int = 200
+    """Sustained client message rate; bursts of one second's worth are allowed."""
+    max_sessions: int = 64
+    """Concurrent sessions per server; more are refused at connect time (HTTP 503)."""
+    idle_timeout_s: float = 300.0
+    """A session with no turn and no message for this long is closed."""
+    max_turn_seconds: float = 600.0
+    """A turn still live this long after its ``turn_reset`` is cut."""
     segmenter: SegmenterConfig = field(default_factory=SegmenterConfig)
     stitch: StitchConfig = field(default_factory=StitchConfig)
 
@@ -63,7 +72,32 @@ class SessionConfig:
             max_turn_text_chars=self.max_turn_text_chars,
             max_pending_text_chars=self.max_pending_text_chars,
             max_pending_audio_ms=self.max_pending_audio_ms,
+            max_messages_per_second=self.max_messages_per_second,
+            max_sessions=self.max_sessions,
+            idle_timeout_s=self.idle_timeout_s,
+            max_turn_seconds=self.max_turn_seconds,
         )
+
+
+@dataclass(slots=True)
+class SessionStats:
+    """What the session saw, for metrics; the I/O layer drains the lists."""
+
+    first_audio: list[float] = field(default_factory=list)
+    """Seconds from a turn's first text delta to its first frame sent."""
+    stalls: list[float] = field(default_factory=list)
+    """Seconds a real-time listener would have waited with nothing to play."""
+    turns: list[str] = field(default_factory=list)
+    """How each turn ended: done, cancelled, failed."""
+    errors: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
+class Close:
+    """The session asks its connection to close once the outbox is sent."""
+
+    code: int
+    reason: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,6 +126,8 @@ class _Turn:
     job_audio: bool = False  # the job in flight has produced audio
     announced: bool = False
     first_submitted: bool = False
+    started: float = 0.0
+    first_delta: float | None = None
     seq: int = 0
     samples_queued: int = 0
     samples_sent: int = 0
@@ -114,6 +150,13 @@ class Session:
         self._latency_per_char = _INITIAL_LATENCY_PER_CHAR
         self._submissions: list[SynthesisRequest] = []
         self._cancellations: list[int] = []
+        self._bucket = float(config.max_messages_per_second)
+        self._bucket_at: float | None = None
+        self._last_message = 0.0
+        self._draining = False
+        self.close_request: Close | None = None
+        self.stats = SessionStats()
+        self._finished: _Turn | None = None  # ended, but its last frames may still be queued
 
     # --- inputs ---------------------------------------------------------------------------
 
@@ -123,6 +166,34 @@ class Session:
             audio=AudioFormat(sample_rate=self.sample_rate),
             limits=self.config.limits(),
         )
+
+    def admit(self, now: float) -> bool:
+        """Count one client frame against the rate limit; False (and an error) if over it."""
+        rate = self.config.max_messages_per_second
+        if self._bucket_at is not None:
+            self._bucket = min(float(rate), self._bucket + (now - self._bucket_at) * rate)
+        self._bucket_at = now
+        self._last_message = now
+        if self._bucket < 1.0:
+            self.report(
+                VoicewsError(
+                    ErrorCode.RATE_LIMITED,
+                    f"more than {rate} messages per second; message refused",
+                    self._turn.id if self._turn else None,
+                )
+            )
+            return False
+        self._bucket -= 1.0
+        return True
+
+    def drain(self, now: float) -> None:
+        """Server shutdown: finish the current turn, start no new one, then close."""
+        self._draining = True
+        self._pump(now)
+
+    def start(self, now: float) -> None:
+        """The connection is open: the idle clock starts now."""
+        self._last_message = now
 
     def handle(self, message: ClientMessage, now: float) -> None:
         """Apply one client message; a refusal becomes an ``error`` event in the outbox."""
@@ -141,6 +212,7 @@ class Session:
             self.report(exc)
 
     def report(self, exc: VoicewsError) -> None:
+        self.stats.errors.append(exc.code)
         self.outbox.append(Error(code=exc.code, message=exc.message, turn_id=exc.turn_id))
 
     def on_audio(self, job_id: int, audio: Audio, now: float) -> None:
@@ -168,10 +240,32 @@ class Session:
             VoicewsError(ErrorCode.SYNTHESIS_FAILED, f"synthesis failed: {message}", turn.id)
         )
         turn.job = turn.segment = None
-        self._finish(turn, cancelled=True)
+        self._finish(turn, cancelled=True, outcome="failed")
 
     def tick(self, now: float) -> None:
-        """Time passed: idle flush and stall guard deadlines may have come."""
+        """Time passed: flush, stall-guard, turn-duration or idle deadlines may have come."""
+        turn = self._turn
+        if turn is not None and now - turn.started >= self.config.max_turn_seconds:
+            self.report(
+                VoicewsError(
+                    ErrorCode.TURN_DURATION_EXCEEDED,
+                    f"turn {turn.id!r} ran over {self.config.max_turn_seconds:g} s; cut",
+                    turn.id,
+                )
+            )
+            self._cut(turn)
+        elif (
+            turn is None
+            and self.close_request is None
+            and now - self._last_message >= self.config.idle_timeout_s
+        ):
+            self.report(
+                VoicewsError(
+                    ErrorCode.IDLE_TIMEOUT,
+                    f"no turn and no message for {self.config.idle_timeout_s:g} s; closing",
+                )
+            )
+            self.close_request = Close(1000, "idle timeout")
         self._pump(now)
 
     def close(self) -> None:
@@ -191,10 +285,17 @@ class Session:
         item = self.outbox.popleft()
         if isinstance(item, AudioFrame):
             self._outbox_samples -= item.samples
-            turn = self._turn
+            turn = self._turn if self._turn is not None else self._finished
             if turn is not None and turn.id == item.turn_id:
                 turn.samples_sent += item.samples
-                start = now if turn.play_end is None else max(turn.play_end, now)
+                if turn.play_end is None:
+                    if turn.first_delta is not None:
+                        self.stats.first_audio.append(now - turn.first_delta)
+                    start = now
+                else:
+                    if now - turn.play_end > _STALL_TOLERANCE:
+                        self.stats.stalls.append(now - turn.play_end)
+                    start = max(turn.play_end, now)
                 turn.play_end = start + item.samples / self.sample_rate
             self._pump(now)
         return item
@@ -210,11 +311,14 @@ class Session:
     def wakeup_at(self, now: float) -> float | None:
         """When ``tick`` should next be called, if nothing else happens first."""
         turn = self._turn
-        if turn is None or turn.job is not None or turn.closed or self._paused:
-            return None
-        if not turn.segmenter.has_text:
-            return None
-        times = [turn.last_delta + self.config.idle_flush_ms / 1000]
+        if turn is None:
+            if self.close_request is not None:
+                return None
+            return self._last_message + self.config.idle_timeout_s
+        limit = turn.started + self.config.max_turn_seconds
+        if turn.job is not None or turn.closed or self._paused or not turn.segmenter.has_text:
+            return limit
+        times = [limit, turn.last_delta + self.config.idle_flush_ms / 1000]
         if turn.play_end is not None:
             for guard in self._guards(turn):
                 if turn.play_end - guard > now:
@@ -232,25 +336,35 @@ class Session:
     # --- the machine ----------------------------------------------------------------------
 
     def _turn_reset(self, turn_id: str, now: float) -> None:
+        if self._draining:
+            raise VoicewsError(
+                ErrorCode.SHUTTING_DOWN, "the server is shutting down; no new turns", turn_id
+            )
         if turn_id == self._last_turn_id:
             raise VoicewsError(
                 ErrorCode.DUPLICATE_TURN_ID,
                 f"turn_id {turn_id!r} is the latest turn's; use a new id per turn",
                 turn_id,
             )
-        old = self._turn
-        if old is not None:
-            if old.job is not None:
-                self._cancellations.append(old.job.job_id)
-            self._drop_queued(old.id)
-            self.outbox.append(TurnDone(turn_id=old.id, samples=old.samples_sent, cancelled=True))
+        if self._turn is not None:
+            self._cut(self._turn)
         self._last_turn_id = turn_id
         self._turn = _Turn(
             id=turn_id,
             segmenter=Segmenter(self.config.segmenter),
             stitcher=Stitcher(self.sample_rate, self.config.stitch),
             last_delta=now,
+            started=now,
         )
+
+    def _cut(self, turn: _Turn) -> None:
+        """End a live turn at once: drop its queued audio, cancel its synthesis."""
+        if turn.job is not None:
+            self._cancellations.append(turn.job.job_id)
+        self._drop_queued(turn.id)
+        self.outbox.append(TurnDone(turn_id=turn.id, samples=turn.samples_sent, cancelled=True))
+        self.stats.turns.append("cancelled")
+        self._turn = None
 
     def _text_delta(self, text: str, now: float) -> None:
         turn = self._open_turn("text_delta")
@@ -271,6 +385,8 @@ class Session:
         turn.segmenter.feed(text)
         turn.text_chars += len(text)
         turn.last_delta = now
+        if turn.first_delta is None and text.strip():
+            turn.first_delta = now
         self._pump(now)
 
     def _end_text(self, now: float) -> None:
@@ -301,7 +417,10 @@ class Session:
     def _pump(self, now: float) -> None:
         """Submit the next segment if the turn can take one, and end a drained turn."""
         turn = self._turn
-        if turn is None or turn.job is not None:
+        if turn is None:
+            self._close_if_drained()
+            return
+        if turn.job is not None:
             return
         if not self._paused:
             segment = turn.segmenter.next_segment(self._urgency(turn, now))
@@ -309,7 +428,11 @@ class Session:
                 self._submit(turn, segment, now)
                 return
         if turn.closed and not turn.segmenter.has_text:
-            self._finish(turn, cancelled=False)
+            self._finish(turn, cancelled=False, outcome="done")
+
+    def _close_if_drained(self) -> None:
+        if self._draining and self._turn is None and self.close_request is None:
+            self.close_request = Close(1001, "server shutting down")
 
     def _urgency(self, turn: _Turn, now: float) -> Urgency:
         idle = not turn.closed and now - turn.last_delta >= self.config.idle_flush_ms / 1000
@@ -388,13 +511,15 @@ class Session:
             self._outbox_samples += frame.samples
             self.outbox.append(frame)
 
-    def _finish(self, turn: _Turn, cancelled: bool) -> None:
+    def _finish(self, turn: _Turn, cancelled: bool, outcome: str) -> None:
         """End a turn whose queued audio still goes out (drained, or stopped by a failure)."""
         self._emit(turn, turn.stitcher.finish())
         self.outbox.append(
             TurnDone(turn_id=turn.id, samples=turn.samples_queued, cancelled=cancelled)
         )
-        self._turn = None
+        self.stats.turns.append(outcome)
+        self._turn, self._finished = None, turn
+        self._close_if_drained()
 
     def _drop_queued(self, turn_id: str) -> None:
         """Barge-in: the old turn's unsent audio and segment events go; errors stay."""

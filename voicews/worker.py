@@ -14,6 +14,7 @@ import itertools
 import logging
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass, field
 
@@ -23,6 +24,7 @@ import numpy.typing as npt
 from .engines.base import Engine, SynthesisOptions
 
 log = logging.getLogger(__name__)
+_BUSY_WINDOW = 10.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,6 +63,20 @@ class WorkerStats:
     jobs_done: int = 0
     jobs_failed: int = 0
     busy_seconds: float = 0.0
+    _steps: deque[tuple[float, float]] = field(default_factory=deque, repr=False)
+
+    def record(self, end: float, seconds: float) -> None:
+        """One engine step (on the worker thread)."""
+        self.busy_seconds += seconds
+        self._steps.append((end, seconds))
+        while self._steps and self._steps[0][0] < end - _BUSY_WINDOW:
+            self._steps.popleft()
+
+    def busy_ratio(self) -> float:
+        """Share of the last ``_BUSY_WINDOW`` seconds spent computing."""
+        since = time.perf_counter() - _BUSY_WINDOW
+        busy = sum(seconds for end, seconds in list(self._steps) if end >= since)
+        return min(1.0, busy / _BUSY_WINDOW)
 
 
 class ComputeWorker:
@@ -132,7 +148,8 @@ class ComputeWorker:
             if self._step(engine, job):
                 with self._cond:
                     self._push(job)
-            self.stats.busy_seconds += time.perf_counter() - started
+            ended = time.perf_counter()
+            self.stats.record(ended, ended - started)
 
     def _step(self, engine: Engine, job: Job) -> bool:
         """Run one chunk of ``job``; True if it has more to do."""

@@ -1,0 +1,63 @@
+"""Who may open a session: bearer tokens and a browser Origin allow-list.
+
+Pure functions over request headers and query; the app turns a refusal into an HTTP status
+before the WebSocket is accepted. Tokens are compared in constant time and never logged.
+"""
+
+from __future__ import annotations
+
+import hmac
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import parse_qs
+
+TOKENS_ENV = "VOICEWS_TOKENS"
+
+
+@dataclass(frozen=True, slots=True)
+class AccessPolicy:
+    tokens: frozenset[str] = frozenset()
+    """Accepted bearer tokens; empty means no authentication."""
+    allowed_origins: frozenset[str] = frozenset()
+    """Accepted ``Origin`` headers (exact, e.g. ``https://app.example``); empty allows any.
+    Requests without an Origin (non-browser clients) are not affected."""
+
+
+@dataclass(frozen=True, slots=True)
+class Refusal:
+    status: int
+    reason: str
+
+
+def load_tokens(token_file: str | None = None) -> frozenset[str]:
+    """Tokens from ``$VOICEWS_TOKENS`` (comma-separated) and a file (one per line)."""
+    tokens = {t.strip() for t in os.environ.get(TOKENS_ENV, "").split(",")}
+    if token_file:
+        tokens |= {line.strip() for line in Path(token_file).read_text().splitlines()}
+    return frozenset(t for t in tokens if t and not t.startswith("#"))
+
+
+def check(policy: AccessPolicy, headers: dict[str, str], query: bytes) -> Refusal | None:
+    """None if the request may proceed, else the HTTP refusal (no secret in the reason)."""
+    origin = headers.get("origin")
+    if policy.allowed_origins and origin is not None and origin not in policy.allowed_origins:
+        return Refusal(403, "origin not allowed")
+    if not policy.tokens:
+        return None
+    offered = _bearer(headers.get("authorization", "")) or _query_token(query)
+    if offered is None:
+        return Refusal(401, "missing bearer token (Authorization header or ?token=)")
+    if not any(hmac.compare_digest(offered.encode(), t.encode()) for t in policy.tokens):
+        return Refusal(401, "invalid token")
+    return None
+
+
+def _bearer(value: str) -> str | None:
+    scheme, _, token = value.partition(" ")
+    return token.strip() or None if scheme.lower() == "bearer" else None
+
+
+def _query_token(query: bytes) -> str | None:
+    values = parse_qs(query.decode("latin-1")).get("token")
+    return values[0] if values else None

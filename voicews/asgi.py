@@ -1,0 +1,50 @@
+"""ASGI types and the few HTTP helpers the endpoints share."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+Scope = dict[str, Any]
+Message = dict[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+
+
+def headers_of(scope: Scope) -> dict[str, str]:
+    return {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
+
+
+async def respond(
+    send: Send,
+    status: int,
+    body: bytes | str,
+    content_type: str = "text/plain; charset=utf-8",
+    headers: list[tuple[bytes, bytes]] | None = None,
+) -> None:
+    data = body.encode() if isinstance(body, str) else body
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [
+                (b"content-type", content_type.encode()),
+                (b"content-length", str(len(data)).encode()),
+                *(headers or []),
+            ],
+        }
+    )
+    await send({"type": "http.response.body", "body": data})
+
+
+async def refuse_websocket(send: Send, status: int, reason: str) -> None:
+    """Answer a WebSocket handshake with a plain HTTP error instead of accepting it."""
+    data = (reason + "\n").encode()
+    await send(
+        {
+            "type": "websocket.http.response.start",
+            "status": status,
+            "headers": [(b"content-type", b"text/plain; charset=utf-8")],
+        }
+    )
+    await send({"type": "websocket.http.response.body", "body": data})

@@ -1,0 +1,104 @@
+"""Drives one sans-I/O session on the event loop: worker jobs, timers, and the outbox.
+
+Shared by the WebSocket endpoint and the streaming HTTP endpoint, so both go through the
+same segmenter, stitcher and compute worker.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Callable
+from functools import partial
+
+from .session import Outgoing, Session
+from .worker import ComputeWorker, Job, JobAudio, JobDone, JobEvent, JobFailed
+
+
+class SessionDriver:
+    def __init__(
+        self,
+        session: Session,
+        worker: ComputeWorker,
+        observe: Callable[[Session], None] = lambda _: None,
+    ) -> None:
+        self.session = session
+        self._worker = worker
+        self._observe = observe
+        self._loop = asyncio.get_running_loop()
+        self._wake = asyncio.Event()
+        self._jobs: dict[int, Job] = {}
+        self._timer: asyncio.TimerHandle | None = None
+
+    def now(self) -> float:
+        return self._loop.time()
+
+    async def next_item(self) -> Outgoing | None:
+        """The next event or frame to send; None once the session asked to close."""
+        while True:
+            item = self.session.pop(self.now())
+            if item is not None:
+                self.sync()
+                return item
+            if self.session.close_request is not None:
+                return None
+            self._wake.clear()
+            await self._wake.wait()
+
+    def sync(self) -> None:
+        """Carry the session's requests out: jobs to the worker, wake the sender, set timer."""
+        session = self.session
+        for request in session.take_submissions():
+            job = Job(
+                text=request.text,
+                options=request.options,
+                first=request.first,
+                deadline=request.deadline,
+                on_event=partial(self._from_worker, request.job_id),
+            )
+            self._jobs[request.job_id] = job
+            self._worker.submit(job)
+        for job_id in session.take_cancellations():
+            cancelled = self._jobs.pop(job_id, None)
+            if cancelled is not None:
+                self._worker.cancel(cancelled)
+        if session.outbox or session.close_request is not None:
+            self._wake.set()
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        wake_at = session.wakeup_at(self.now())
+        if wake_at is not None:
+            self._timer = self._loop.call_at(wake_at, self._tick)
+        self._observe(session)
+
+    def close(self) -> None:
+        """The peer is gone: cancel everything the session had running."""
+        self.session.close()
+        self.sync()
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    def _tick(self) -> None:
+        self._timer = None
+        self.session.tick(self.now())
+        self.sync()
+
+    def _from_worker(self, job_id: int, event: JobEvent) -> None:
+        """Runs on the compute thread: hand the event to the event loop."""
+        with contextlib.suppress(RuntimeError):  # the loop is closed: shutting down
+            self._loop.call_soon_threadsafe(self._on_job_event, job_id, event)
+
+    def _on_job_event(self, job_id: int, event: JobEvent) -> None:
+        session, now = self.session, self.now()
+        match event:
+            case JobAudio(audio=audio):
+                session.on_audio(job_id, audio, now)
+            case JobDone():
+                self._jobs.pop(job_id, None)
+                session.on_done(job_id, now)
+            case JobFailed(message=message):
+                self._jobs.pop(job_id, None)
+                session.on_failed(job_id, message, now)
+        self.sync()

@@ -1,0 +1,76 @@
+"""Prometheus metrics, one registry per app so several servers can share a process."""
+
+from __future__ import annotations
+
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    generate_latest,
+)
+
+from .session import Session
+from .worker import ComputeWorker
+
+
+class Metrics:
+    def __init__(self, worker: ComputeWorker, sessions: dict[str, Session]) -> None:
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.sessions_opened = Counter("voicews_sessions_opened", "Sessions accepted", registry=r)
+        self.sessions_refused = Counter(
+            "voicews_sessions_refused", "Connections refused, by reason", ["reason"], registry=r
+        )
+        self.turns = Counter("voicews_turns", "Turns ended, by outcome", ["outcome"], registry=r)
+        self.errors = Counter("voicews_errors", "Error events sent, by code", ["code"], registry=r)
+        self.first_audio = Histogram(
+            "voicews_first_audio_seconds",
+            "First text delta to first audio frame sent, per turn",
+            buckets=(0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 0.75, 1.0, 2.0, 5.0),
+            registry=r,
+        )
+        self.stalls = Histogram(
+            "voicews_stall_seconds",
+            "Silences a real-time listener would hear after the first audio",
+            buckets=(0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0),
+            registry=r,
+        )
+        self.http_speech = Counter(
+            "voicews_http_speech_requests", "POST /v1/audio/speech requests", registry=r
+        )
+        Gauge("voicews_sessions_active", "Open sessions", registry=r).set_function(
+            lambda: len(sessions)
+        )
+        Gauge(
+            "voicews_pending_audio_seconds", "Audio queued for sockets, all sessions", registry=r
+        ).set_function(
+            lambda: sum(s.pending_audio_samples / s.sample_rate for s in sessions.values())
+        )
+        Gauge("voicews_worker_queue_depth", "Jobs waiting for the worker", registry=r).set_function(
+            lambda: worker.queued
+        )
+        Gauge(
+            "voicews_worker_busy_ratio",
+            "Share of the last 10 s the compute worker spent computing",
+            registry=r,
+        ).set_function(worker.stats.busy_ratio)
+
+    def observe(self, session: Session) -> None:
+        """Move what a session recorded since the last call into the metrics."""
+        stats = session.stats
+        for seconds in stats.first_audio:
+            self.first_audio.observe(seconds)
+        for seconds in stats.stalls:
+            self.stalls.observe(seconds)
+        for outcome in stats.turns:
+            self.turns.labels(outcome).inc()
+        for code in stats.errors:
+            self.errors.labels(code).inc()
+        stats.first_audio.clear()
+        stats.stalls.clear()
+        stats.turns.clear()
+        stats.errors.clear()
+
+    def exposition(self) -> bytes:
+        return generate_latest(self.registry)

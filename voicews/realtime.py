@@ -1,0 +1,94 @@
+"""The WebSocket endpoint: moves messages between an ASGI WebSocket and a session.
+
+A receive loop feeds client frames to the session; a send loop drains its outbox. ``send``
+waits while the socket is not writable, which is what makes a slow reader pause its own
+synthesis (the session stops asking for more once its outbox is full).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+
+from . import logs
+from .asgi import Receive, Send
+from .driver import SessionDriver
+from .errors import ErrorCode, VoicewsError
+from .protocol import AudioFrame, Error, TurnDone, encode_event, encode_frame, parse_client_message
+from .session import Session
+
+
+class RealtimeConnection:
+    def __init__(self, driver: SessionDriver, receive: Receive, send: Send) -> None:
+        self.driver = driver
+        self.session: Session = driver.session
+        self._receive = receive
+        self._send = send
+
+    async def run(self) -> int | None:
+        """Serve until either side closes; returns the close code the server sent, if any."""
+        session = self.session
+        session.start(self.driver.now())
+        await self._send({"type": "websocket.send", "text": encode_event(session.created())})
+        sender = asyncio.create_task(self._send_loop())
+        try:
+            while True:
+                message = await self._receive()
+                if message["type"] == "websocket.disconnect":
+                    break
+                if message["type"] == "websocket.receive":
+                    text = message.get("text")
+                    self._on_frame(text if text is not None else message.get("bytes") or b"")
+        finally:
+            self.driver.close()
+            if not sender.done():
+                sender.cancel()
+            with contextlib.suppress(asyncio.CancelledError, OSError):
+                await sender
+        return sender.result() if sender.done() and not sender.cancelled() else None
+
+    def drain(self) -> None:
+        """Server shutdown: let the current turn finish, then close with 1001."""
+        self.session.drain(self.driver.now())
+        self.driver.sync()
+
+    def _on_frame(self, data: str | bytes) -> None:
+        session, now = self.session, self.driver.now()
+        if session.admit(now):
+            limit = session.config.max_message_bytes
+            size = len(data) if isinstance(data, bytes) else len(data.encode())
+            try:
+                if size > limit:
+                    raise VoicewsError(
+                        ErrorCode.MESSAGE_TOO_LARGE,
+                        f"message of {size} bytes refused; the limit is {limit} bytes",
+                    )
+                session.handle(parse_client_message(data), now)
+            except VoicewsError as exc:
+                session.report(exc)
+            except Exception:
+                logs.log.exception("session %s: unexpected error handling a message", session.id)
+                session.report(VoicewsError(ErrorCode.INTERNAL_ERROR, "internal error"))
+        self.driver.sync()
+
+    async def _send_loop(self) -> int | None:
+        session = self.session
+        while (item := await self.driver.next_item()) is not None:
+            if isinstance(item, AudioFrame):
+                await self._send({"type": "websocket.send", "bytes": encode_frame(item)})
+                continue
+            await self._send({"type": "websocket.send", "text": encode_event(item)})
+            if isinstance(item, TurnDone):
+                logs.event(
+                    "turn_done",
+                    session=session.id,
+                    turn=item.turn_id,
+                    samples=item.samples,
+                    cancelled=item.cancelled,
+                )
+            elif isinstance(item, Error):
+                logs.event("error", session=session.id, turn=item.turn_id, code=item.code)
+        close = session.close_request
+        assert close is not None
+        await self._send({"type": "websocket.close", "code": close.code, "reason": close.reason})
+        return close.code
