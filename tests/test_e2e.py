@@ -15,7 +15,7 @@ from conftest import TEST_CONFIG, timeout
 from voicews.audio import from_pcm16
 from voicews.client import RealtimeClient, SpokenTurn
 from voicews.errors import ErrorCode
-from voicews.protocol import AudioFrame, Error, SegmentStarted, TurnDone
+from voicews.protocol import AudioFrame, Error, SegmentStarted, TurnDone, TurnStarted
 from voicews.server import VoicewsServer
 
 REPLY = (
@@ -111,6 +111,7 @@ async def test_bad_input_gets_typed_errors_and_the_session_goes_on(
         assert isinstance(event, Error), event
         assert event.code == code and event.message
     await client.turn_reset("a")
+    assert await client.recv(timeout(5)) == TurnStarted(turn_id="a")
     await client.turn_reset("a")
     dup = await client.recv(timeout(5))
     assert isinstance(dup, Error) and dup.code == ErrorCode.DUPLICATE_TURN_ID

@@ -11,11 +11,14 @@ from voicews.protocol import (
     AudioFrame,
     EndText,
     Error,
+    Ping,
+    Pong,
     SegmentStarted,
     SessionUpdate,
     TextDelta,
     TurnDone,
     TurnReset,
+    TurnStarted,
 )
 from voicews.session import Outgoing, Session, SessionConfig, SynthesisRequest
 
@@ -76,7 +79,8 @@ def test_turn_runs_to_done_with_ordered_frames() -> None:
     assert third.text == "I am fine."
     synthesize(s, third, 0.6, 0.3)
     items = drain(s, 0.3)
-    assert isinstance(items[0], SegmentStarted) and items[0].start_sample == 0
+    assert items[0] == TurnStarted(turn_id="t1")
+    assert isinstance(items[1], SegmentStarted) and items[1].start_sample == 0
     frames = [i for i in items if isinstance(i, AudioFrame)]
     assert [f.seq for f in frames] == list(range(len(frames)))
     position = 0
@@ -106,7 +110,8 @@ def test_barge_in_drops_queued_audio_and_cancels_synthesis() -> None:
             turn_id="t1",
             samples=sum(i.samples for i in sent if isinstance(i, AudioFrame)),
             cancelled=True,
-        )
+        ),
+        TurnStarted(turn_id="t2"),
     ]
     synthesize(s, in_flight, 1.0, 0.3)  # a late result of the cancelled job is ignored
     assert drain(s, 0.3) == []
@@ -294,6 +299,15 @@ def test_engine_failure_ends_turn_and_session_goes_on() -> None:
     s.handle(TextDelta(text="Still here."), 0.2)
     s.handle(EndText(), 0.2)
     assert one(s).turn_id == "t2"
+
+
+def test_ping_is_answered_ahead_of_queued_audio() -> None:
+    s = make()
+    s.handle(TurnReset(turn_id="t1"), 0.0)
+    s.handle(TextDelta(text="Hello there, friend."), 0.0)
+    synthesize(s, one(s), 0.5, 0.1)
+    s.handle(Ping(id="p1"), 0.2)
+    assert s.pop(0.2) == Pong(id="p1")
 
 
 def test_speed_applies_to_next_segment() -> None:

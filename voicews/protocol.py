@@ -73,10 +73,17 @@ class SessionUpdate(_Message):
     speed: float | None = Field(default=None, ge=0.5, le=2.0)
 
 
+class Ping(_Message):
+    """Liveness and latency probe; answered with a ``pong`` carrying the same ``id``."""
+
+    type: Literal["ping"] = "ping"
+    id: str | None = Field(default=None, max_length=128)
+
+
 ClientMessage = Annotated[
-    TurnReset | TextDelta | EndText | SessionUpdate, Field(discriminator="type")
+    TurnReset | TextDelta | EndText | SessionUpdate | Ping, Field(discriminator="type")
 ]
-CLIENT_TYPES = ("turn_reset", "text_delta", "end_text", "session_update")
+CLIENT_TYPES = ("turn_reset", "text_delta", "end_text", "session_update", "ping")
 _client_adapter: TypeAdapter[ClientMessage] = TypeAdapter(ClientMessage)
 
 
@@ -110,6 +117,18 @@ class SessionCreated(_Event):
     limits: Limits
 
 
+class TurnStarted(_Event):
+    """Acknowledges a ``turn_reset`` at once (after the cut turn's ``turn_done``, if any)."""
+
+    type: Literal["turn_started"] = "turn_started"
+    turn_id: str
+
+
+class Pong(_Event):
+    type: Literal["pong"] = "pong"
+    id: str | None = None
+
+
 class SegmentStarted(_Event):
     """A piece of text starts being spoken at ``start_sample`` of its turn."""
 
@@ -138,9 +157,10 @@ class Error(_Event):
 
 
 ServerEvent = Annotated[
-    SessionCreated | SegmentStarted | TurnDone | Error, Field(discriminator="type")
+    SessionCreated | TurnStarted | SegmentStarted | TurnDone | Error | Pong,
+    Field(discriminator="type"),
 ]
-SERVER_TYPES = ("session_created", "segment", "turn_done", "error")
+SERVER_TYPES = ("session_created", "turn_started", "segment", "turn_done", "error", "pong")
 _server_adapter: TypeAdapter[ServerEvent] = TypeAdapter(ServerEvent)
 
 

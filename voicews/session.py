@@ -25,16 +25,19 @@ from .protocol import (
     EndText,
     Error,
     Limits,
+    Ping,
+    Pong,
     SegmentStarted,
     SessionCreated,
     SessionUpdate,
     TextDelta,
     TurnDone,
     TurnReset,
+    TurnStarted,
 )
 from .segmenter import Segment, Segmenter, SegmenterConfig, Urgency
 
-Outgoing = SessionCreated | SegmentStarted | TurnDone | Error | AudioFrame
+Outgoing = SessionCreated | TurnStarted | SegmentStarted | TurnDone | Error | Pong | AudioFrame
 # Seconds from submitting a segment to its first audio, per character of its text (the
 # engine may compute the whole segment first), until measured; short texts count as 20.
 _INITIAL_LATENCY_PER_CHAR = 0.1 / 20
@@ -208,6 +211,9 @@ class Session:
                 case SessionUpdate():
                     if message.speed is not None:
                         self._options = replace(self._options, speed=message.speed)
+                case Ping():
+                    # Control latency, not audio latency: the pong does not queue behind frames.
+                    self.outbox.appendleft(Pong(id=message.id))
         except VoicewsError as exc:
             self.report(exc)
 
@@ -356,6 +362,7 @@ class Session:
             last_delta=now,
             started=now,
         )
+        self.outbox.append(TurnStarted(turn_id=turn_id))
 
     def _cut(self, turn: _Turn) -> None:
         """End a live turn at once: drop its queued audio, cancel its synthesis."""
