@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import replace
 
 import pytest
@@ -28,12 +29,25 @@ TEST_CONFIG = ServerConfig(
 )
 
 
+@asynccontextmanager
+async def running(config: ServerConfig = TEST_CONFIG, **kw: object) -> AsyncIterator[VoicewsServer]:
+    """A server of its own, for tests that need other limits (or another engine)."""
+    srv = VoicewsServer(config, **kw)  # type: ignore[arg-type]
+    await srv.start()
+    try:
+        yield srv
+    finally:
+        await srv.close()
+
+
+def with_session(**changes: object) -> ServerConfig:
+    return replace(TEST_CONFIG, session=replace(TEST_CONFIG.session, **changes))  # type: ignore[arg-type]
+
+
 @pytest.fixture(scope="session")
 async def server() -> AsyncIterator[VoicewsServer]:
-    srv = VoicewsServer(TEST_CONFIG)
-    await srv.start()
-    yield srv
-    await srv.close()
+    async with running() as srv:
+        yield srv
 
 
 @pytest.fixture

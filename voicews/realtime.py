@@ -28,8 +28,9 @@ class RealtimeConnection:
     async def run(self) -> int | None:
         """Serve until either side closes; returns the close code the server sent, if any."""
         session = self.session
-        session.start(self.driver.now())
         await self._send({"type": "websocket.send", "text": encode_event(session.created())})
+        session.start(self.driver.now())
+        self.driver.sync()
         sender = asyncio.create_task(self._send_loop())
         try:
             while True:

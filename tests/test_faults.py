@@ -1,0 +1,106 @@
+"""Faults: an engine that fails mid-turn, clients that vanish, and memory that must come back."""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import threading
+from collections.abc import Iterator
+
+import numpy as np
+import numpy.typing as npt
+from conftest import TEST_CONFIG, running, timeout
+
+from voicews.client import RealtimeClient, SpokenTurn
+from voicews.engines import engine_factory
+from voicews.engines.base import Engine, SynthesisOptions
+from voicews.errors import ErrorCode
+from voicews.protocol import AudioFrame
+from voicews.server import VoicewsServer
+from voicews.worker import ComputeWorker
+
+LONG = " ".join(f"Sentence {i} keeps the voice busy for a little while." for i in range(30))
+
+
+class FailsOnMarker:
+    """The real Piper engine with one injected fault: the only way to make synthesis raise."""
+
+    name = "piper-faulty"
+
+    def __init__(self, inner: Engine) -> None:
+        self.inner = inner
+        self.sample_rate = inner.sample_rate
+
+    def synthesize(self, text: str, options: SynthesisOptions) -> Iterator[npt.NDArray[np.float32]]:
+        if "explode" in text:
+            raise RuntimeError("injected engine fault")
+        return self.inner.synthesize(text, options)
+
+
+def rss_bytes() -> int:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * 4096
+
+
+async def test_engine_failure_mid_turn_ends_only_that_turn() -> None:
+    build = engine_factory("piper")
+    worker = ComputeWorker(lambda: FailsOnMarker(build()))
+    async with (
+        running(TEST_CONFIG, worker=worker) as srv,
+        await RealtimeClient.connect(srv.url) as c,
+        await RealtimeClient.connect(srv.url) as bystander,
+    ):
+        other = asyncio.create_task(
+            bystander.speak("I keep talking, unbothered.", timeout=timeout(30))
+        )
+        turn = await c.speak(
+            "This part is fine. Then things explode here. And this is never said.",
+            timeout=timeout(30),
+        )
+        assert [e.code for e in turn.errors] == [ErrorCode.SYNTHESIS_FAILED]
+        assert turn.errors[0].turn_id == turn.turn_id
+        assert turn.done is not None and turn.done.cancelled
+        assert turn.done.samples == turn.samples > 0  # the fine part was spoken
+        assert " ".join(s.text for s in turn.segments) == "This part is fine."
+        again = await c.speak("The session goes on.", timeout=timeout(30))
+        assert again.done is not None and not again.done.cancelled and not again.errors
+        assert (await other).done is not None
+        assert worker.stats.jobs_failed == 1
+
+
+async def vanish_mid_turn(srv: VoicewsServer) -> None:
+    client = await RealtimeClient.connect(srv.url)
+    await client.turn_reset("gone")
+    await client.text_delta(LONG)
+    await client.end_text()
+    while not isinstance(await client.recv(timeout(20)), AudioFrame):
+        pass
+    client.ws.transport.abort()  # no close handshake: the peer just disappears
+
+
+async def test_vanished_clients_free_their_session_synthesis_and_memory() -> None:
+    async with running() as srv:
+        assert srv.app is not None
+        for _ in range(20):  # warm up: allocator arenas and onnxruntime buffers grow once
+            await vanish_mid_turn(srv)
+        await asyncio.sleep(0.5)
+        gc.collect()
+        tasks, threads, rss = len(asyncio.all_tasks()), threading.active_count(), rss_bytes()
+        for _ in range(20):
+            await vanish_mid_turn(srv)
+        async with asyncio.timeout(timeout(10)):
+            while srv.app.sessions or srv.worker.queued:
+                await asyncio.sleep(0.05)
+        jobs = srv.worker.stats.jobs_done
+        await asyncio.sleep(0.5)
+        assert srv.worker.stats.jobs_done - jobs <= 1  # the synthesis stopped with the client
+        gc.collect()
+        grown = rss_bytes() - rss
+        print(f"RSS after 20 vanished clients: {grown / 2**20:+.1f} MiB")
+        assert grown < 8 * 2**20
+        assert len(asyncio.all_tasks()) <= tasks
+        assert threading.active_count() == threads
+        # And the server still serves.
+        async with await RealtimeClient.connect(srv.url) as c:
+            turn: SpokenTurn = await c.speak("Still here.", timeout=timeout(20))
+            assert turn.done is not None

@@ -1,0 +1,407 @@
+"""Scale-out: Debian's nginx, configured by deploy/nginx/voicews.conf, in front of two instances.
+
+The shipped file is loaded as it is; only its upstream ports and its ``listen`` are changed
+to free loopback ports, and it is wrapped in an ``events {}``/``http {}`` of our own whose
+pid, logs and temp paths live in a temporary directory. Which instance served a session is
+read from each instance's own ``/metrics`` (sessions opened, active and refused).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import http.client
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from conftest import timeout
+from websockets.exceptions import ConnectionClosed
+
+from voicews.client import RealtimeClient, SpokenTurn
+from voicews.protocol import AudioFrame
+
+CONF = Path(__file__).parent.parent / "deploy" / "nginx" / "voicews.conf"
+UPSTREAM_SERVER = re.compile(r"^(\s*server\s+)127\.0\.0\.1:\d+(\s)", re.MULTILINE)
+LISTEN = re.compile(r"^(\s*)listen\s+80;", re.MULTILINE)
+LISTENING = re.compile(r"voicews: listening on ws://127\.0\.0\.1:(\d+)/")
+SAMPLE_RATE = 22050
+SHORT = "Hello there, how are you?"
+SPEECH = (
+    "Streaming through the proxy. Each chunk should reach the listener as soon as it is "
+    "made. Nothing waits for the end of the reply. That is the whole point of it."
+)
+
+
+def nginx_binary() -> str:
+    found = shutil.which("nginx") or next(
+        (p for p in ("/usr/sbin/nginx", "/usr/local/sbin/nginx") if os.access(p, os.X_OK)), None
+    )
+    if found is None:
+        message = "nginx is not installed (Debian: apt-get install -y nginx)"
+        if os.environ.get("CI"):
+            pytest.fail(message + "; CI must install it", pytrace=False)
+        pytest.skip(message)
+    return found
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def render_config(upstreams: list[int], listen: int) -> str:
+    """The shipped config with our ports; fails loudly if its shape is not what we expect."""
+    text = CONF.read_text()
+    ports = iter(upstreams)
+    text, servers = UPSTREAM_SERVER.subn(lambda m: f"{m[1]}127.0.0.1:{next(ports)}{m[2]}", text)
+    assert servers == len(upstreams), f"{CONF}: expected {len(upstreams)} upstream servers"
+    text, listens = LISTEN.subn(lambda m: f"{m[1]}listen 127.0.0.1:{listen};", text)
+    assert listens == 1, f"{CONF}: expected one 'listen 80;'"
+    return text
+
+
+def nginx_conf(tmp: Path, include: Path) -> str:
+    user = "user root;\n" if os.geteuid() == 0 else ""  # workers must reach the temp paths
+    temps = "\n".join(
+        f"    {kind}_temp_path {tmp / kind};"
+        for kind in ("client_body", "proxy", "fastcgi", "uwsgi", "scgi")
+    )
+    return f"""{user}worker_processes 2;
+pid {tmp / "nginx.pid"};
+error_log {tmp / "error.log"} info;
+events {{
+    worker_connections 256;
+}}
+http {{
+    access_log {tmp / "access.log"};
+{temps}
+    include {include};
+}}
+"""
+
+
+def request(
+    port: int, method: str, path: str, body: bytes | None = None, wait: float = 10.0
+) -> tuple[int, dict[str, str], bytes, float | None]:
+    """One HTTP request; returns status, headers, body and when the first body bytes came
+    (seconds after the request was sent)."""
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=wait)
+    try:
+        headers = {"Content-Type": "application/json"} if body is not None else {}
+        start = time.perf_counter()
+        conn.request(method, path, body=body, headers=headers)
+        response = conn.getresponse()
+        data, first = bytearray(), None
+        while chunk := response.read1(65536):
+            if first is None:
+                first = time.perf_counter() - start
+            data += chunk
+        return response.status, dict(response.getheaders()), bytes(data), first
+    finally:
+        conn.close()
+
+
+@dataclass
+class Instance:
+    process: subprocess.Popen[bytes]
+    port: int
+    log: Path
+
+    def metrics(self) -> dict[str, int]:
+        status, _, body, _ = request(self.port, "GET", "/metrics", wait=timeout(5))
+        assert status == 200
+        text = body.decode()
+
+        def value(pattern: str) -> int:
+            found = re.search(rf"^{pattern} (\S+)$", text, re.MULTILINE)
+            return int(float(found[1])) if found else 0
+
+        return {
+            "opened": value("voicews_sessions_opened_total"),
+            "active": value("voicews_sessions_active"),
+            "refused_503": value(r'voicews_sessions_refused_total\{reason="503"\}'),
+        }
+
+    def readiness(self) -> int:
+        return request(self.port, "GET", "/readyz", wait=timeout(5))[0]
+
+
+@dataclass
+class Cluster:
+    instances: list[Instance]
+    nginx: subprocess.Popen[bytes]
+    port: int
+    tmp: Path
+
+    @property
+    def url(self) -> str:
+        return f"ws://127.0.0.1:{self.port}/v1/realtime"
+
+    async def metrics(self) -> list[dict[str, int]]:
+        return [await asyncio.to_thread(i.metrics) for i in self.instances]
+
+    async def connect(self) -> RealtimeClient:
+        return await asyncio.wait_for(RealtimeClient.connect(self.url), timeout(10))
+
+    async def where(self, client: RealtimeClient, before: list[dict[str, int]]) -> int:
+        """The index of the instance that opened exactly the one session ``client`` holds."""
+        after = await self.metrics()
+        grew = [i for i, (b, a) in enumerate(zip(before, after, strict=True)) if a != b]
+        assert len(grew) == 1 and after[grew[0]]["active"] == before[grew[0]]["active"] + 1, (
+            before,
+            after,
+        )
+        return grew[0]
+
+    async def settle(self) -> None:
+        """Wait until no instance holds a session (closed ones go a moment after the client)."""
+        deadline = time.monotonic() + timeout(10)
+        while any(m["active"] for m in await self.metrics()):
+            assert time.monotonic() < deadline, "sessions still open on an instance"
+            await asyncio.sleep(0.05)
+
+    def diagnostics(self) -> str:
+        parts = [f"--- {p.name} ---\n{tail(p)}" for p in (self.tmp / "error.log",)]
+        parts += [f"--- instance {i.port} ---\n{tail(i.log)}" for i in self.instances]
+        return "\n".join(parts)
+
+
+def tail(path: Path, lines: int = 30) -> str:
+    with contextlib.suppress(OSError):
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    return "(no log)"
+
+
+def stop(process: subprocess.Popen[bytes], sig: int = signal.SIGTERM) -> None:
+    if process.poll() is None:
+        process.send_signal(sig)
+        try:
+            process.wait(timeout(15))
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(timeout(5))
+
+
+def start_instance(tmp: Path, name: str) -> Instance:
+    log = tmp / f"{name}.log"
+    with log.open("wb") as out:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "voicews.cli", "serve", "--host", "127.0.0.1", "--port", "0"]
+            + ["--drain-timeout", "20"],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+        )
+    return Instance(process, 0, log)
+
+
+def wait_listening(instance: Instance) -> None:
+    deadline = time.monotonic() + timeout(30)
+    while (found := LISTENING.search(instance.log.read_text(errors="replace"))) is None:
+        assert instance.process.poll() is None, f"voicews exited:\n{tail(instance.log)}"
+        assert time.monotonic() < deadline, f"voicews did not start:\n{tail(instance.log)}"
+        time.sleep(0.05)
+    instance.port = int(found[1])
+    assert request(instance.port, "GET", "/healthz", wait=timeout(5))[0] == 200
+
+
+def start_nginx(tmp: Path, ports: list[int]) -> tuple[subprocess.Popen[bytes], int]:
+    binary = nginx_binary()
+    for _attempt in range(3):  # a free port can be taken between our probe and nginx's bind
+        port = free_port()
+        include = tmp / "voicews.conf"
+        include.write_text(render_config(ports, port))
+        conf = tmp / "nginx.conf"
+        conf.write_text(nginx_conf(tmp, include))
+        error_log = tmp / "error.log"
+        args = [binary, "-p", str(tmp), "-c", str(conf), "-e", str(error_log)]
+        checked = subprocess.run(
+            [*args, "-t"], capture_output=True, text=True, timeout=timeout(10), check=False
+        )
+        assert checked.returncode == 0, f"nginx -t failed:\n{checked.stderr}{tail(error_log)}"
+        process = subprocess.Popen(
+            [*args, "-g", "daemon off;"],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        deadline = time.monotonic() + timeout(10)
+        while process.poll() is None and time.monotonic() < deadline:
+            with contextlib.suppress(OSError):
+                if request(port, "GET", "/healthz", wait=timeout(5))[0] == 200:
+                    return process, port
+            time.sleep(0.05)
+        stop(process)
+        if "Address already in use" not in tail(error_log):
+            break
+    raise AssertionError(f"nginx did not come up on port {port}:\n{tail(error_log)}")
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    nginx_binary()  # skip or fail before starting anything
+    tmp = tmp_path_factory.mktemp("scale_out")
+    instances: list[Instance] = []
+    nginx: subprocess.Popen[bytes] | None = None
+    try:
+        instances = [start_instance(tmp, name) for name in ("a", "b")]
+        for instance in instances:
+            wait_listening(instance)
+        nginx, port = start_nginx(tmp, [i.port for i in instances])
+        yield Cluster(instances, nginx, port, tmp)
+    finally:
+        if nginx is not None:
+            stop(nginx)
+        for instance in instances:
+            stop(instance.process)
+
+
+def assert_spoken(turn: SpokenTurn, min_seconds: float = 0.8) -> None:
+    assert turn.done is not None and not turn.done.cancelled, turn.done
+    assert not turn.errors, turn.errors
+    assert turn.done.samples == turn.samples
+    assert turn.duration > min_seconds
+
+
+async def test_sessions_spread_over_both_instances(cluster: Cluster) -> None:
+    assert all(i.process.poll() is None for i in cluster.instances), "an instance is down"
+    await cluster.settle()
+    start = await cluster.metrics()
+    clients: list[RealtimeClient] = []
+    placed: list[int] = []
+    try:
+        for _ in range(4):  # held open together: least_conn puts two on each instance
+            before = await cluster.metrics()
+            clients.append(await cluster.connect())
+            placed.append(await cluster.where(clients[-1], before))
+        assert sorted(placed) == [0, 0, 1, 1], placed
+        turns = await asyncio.gather(*(c.speak(SHORT, timeout=timeout(30)) for c in clients))
+        for turn in turns:
+            assert_spoken(turn)
+
+        # Free the instance that took the last session: least_conn sends the next one there,
+        # where round robin would go to the other.
+        emptied = placed[-1]
+        for client, at in zip(clients, placed, strict=True):
+            if at == emptied:
+                await client.ws.close()
+        before = await cluster.metrics()
+        assert before[emptied]["active"] == 0, before
+        clients.append(await cluster.connect())
+        assert await cluster.where(clients[-1], before) == emptied
+    finally:
+        for client in clients:
+            await client.ws.close()
+    end = await cluster.metrics()
+    assert sum(e["opened"] - s["opened"] for e, s in zip(end, start, strict=True)) == 5
+
+
+async def test_stopping_an_instance_moves_new_sessions_to_the_other(cluster: Cluster) -> None:
+    assert all(i.process.poll() is None for i in cluster.instances), "an instance is down"
+    await cluster.settle()
+
+    # A long-lived session; its instance is the survivor, the other one will be stopped.
+    before = await cluster.metrics()
+    keeper = await cluster.connect()
+    stays = await cluster.where(keeper, before)
+    goes = 1 - stays
+    survivor, stopped = cluster.instances[stays], cluster.instances[goes]
+    others: list[RealtimeClient] = []
+    try:
+        assert_spoken(await keeper.speak(SHORT, timeout=timeout(30)))
+
+        # least_conn sends the next session to the idle instance; a turn is under way there
+        # (text still arriving) when it gets SIGTERM.
+        before = await cluster.metrics()
+        draining = await cluster.connect()
+        assert await cluster.where(draining, before) == goes, "least_conn picked the busy one"
+        turn = SpokenTurn("drain", draining.sample_rate)
+        await draining.turn_reset(turn.turn_id)
+        await draining.text_delta("This turn was under way when its instance was told to stop,")
+        while not turn.frames:
+            item = await draining.recv(timeout(20))
+            if isinstance(item, AudioFrame):
+                turn.frames.append(item)
+                turn.pcm += item.pcm
+        stopped.process.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + timeout(10)
+        while await asyncio.to_thread(stopped.readiness) != 503:
+            assert time.monotonic() < deadline, "the stopped instance never said draining"
+            await asyncio.sleep(0.05)
+
+        # While it drains: it refuses with 503 and nginx retries on the survivor, for
+        # sessions and for POST /v1/audio/speech alike.
+        before = await cluster.metrics()
+        for _ in range(3):  # held open, so least_conn keeps preferring the draining one
+            others.append(await cluster.connect())
+        status, headers, body, _ = await asyncio.to_thread(
+            request, cluster.port, "POST", "/v1/audio/speech", b'{"input": "Still here."}'
+        )
+        assert status == 200 and body[:4] == b"RIFF", (status, body[:200])
+        during = await cluster.metrics()
+        assert during[goes]["opened"] == before[goes]["opened"], "the draining one took a session"
+        assert during[stays]["opened"] == before[stays]["opened"] + 4
+        assert during[goes]["refused_503"] > before[goes]["refused_503"], (
+            "nginx never tried the draining instance, so its failover was not exercised"
+        )
+
+        # The turn that was under way finishes whole; then that session is closed with 1001.
+        await draining.text_delta(" and it still finished.")
+        await draining.end_text()
+        await asyncio.wait_for(draining.collect(turn), timeout(30))
+        assert_spoken(turn)
+        assert [s.text for s in turn.segments][-1].endswith("finished.")
+        with pytest.raises(ConnectionClosed):
+            await draining.recv(timeout(10))
+        assert draining.ws.close_code == 1001, draining.ws.close_code
+        await asyncio.wait_for(asyncio.to_thread(stopped.process.wait), timeout(20))
+        assert stopped.process.returncode == 0, tail(stopped.log)
+
+        # It is gone: every new session succeeds and lands on the survivor.
+        before = await asyncio.to_thread(survivor.metrics)
+        fresh = [await cluster.connect() for _ in range(3)]
+        others += fresh
+        turns = await asyncio.gather(*(c.speak(SHORT, timeout=timeout(30)) for c in others))
+        for spoken in turns:
+            assert_spoken(spoken)
+        after = await asyncio.to_thread(survivor.metrics)
+        assert after["opened"] == before["opened"] + len(fresh)
+
+        # The long-lived session never noticed.
+        assert_spoken(await keeper.speak("Are you still with me?", timeout=timeout(30)))
+
+        # HTTP speech still streams a WAV through nginx: first bytes long before the end.
+        start = time.perf_counter()
+        status, headers, body, first = await asyncio.to_thread(
+            request,
+            cluster.port,
+            "POST",
+            "/v1/audio/speech",
+            b'{"input": "%s"}' % SPEECH.encode(),
+            timeout(30),
+        )
+        total = time.perf_counter() - start
+        assert status == 200, (status, body[:200])
+        assert headers.get("Content-Type") == "audio/wav"
+        assert body[:4] == b"RIFF" and body[8:12] == b"WAVE"
+        assert (len(body) - 44) / 2 / SAMPLE_RATE > 4.0  # seconds of audio
+        assert first is not None and first < total / 2, (first, total)
+    except BaseException:
+        print(cluster.diagnostics())
+        raise
+    finally:
+        for client in [keeper, *others]:
+            with contextlib.suppress(Exception):
+                await client.ws.close()
