@@ -1,0 +1,232 @@
+"""Property-based fuzzing of what a client can send: normal handling or a typed error, always.
+
+Two levels: the sans-I/O session driven with arbitrary frames, job results and clock ticks;
+and a real server on loopback fed arbitrary text and binary frames over one connection.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from websockets.sync.client import ClientConnection, connect
+
+from conftest import running, timeout, with_session
+from voicews.errors import ErrorCode, VoicewsError
+from voicews.protocol import (
+    CLIENT_TYPES,
+    AudioFrame,
+    Error,
+    Pong,
+    TurnDone,
+    TurnStarted,
+    decode_frame,
+    parse_client_message,
+    parse_server_event,
+)
+from voicews.server import VoicewsServer
+from voicews.session import Session, SessionConfig
+
+KNOWN_CODES = {c.value for c in ErrorCode}
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=20),
+    lambda inner: (
+        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4)
+    ),
+    max_leaves=10,
+)
+typed_objects = st.fixed_dictionaries(
+    {"type": st.sampled_from(CLIENT_TYPES)},
+    optional={
+        "turn_id": st.sampled_from(["a", "b", "c", ""]) | json_values,
+        "text": st.text(max_size=40) | json_values,
+        "speed": st.floats(0.1, 3.0) | json_values,
+        "id": st.text(max_size=5) | json_values,
+        "extra": json_values,
+    },
+)
+wellformed = st.one_of(
+    st.builds(lambda t: {"type": "turn_reset", "turn_id": t}, st.sampled_from("abcd")),
+    st.builds(lambda t: {"type": "text_delta", "text": t}, st.text(max_size=40)),
+    st.just({"type": "end_text"}),
+    st.builds(lambda v: {"type": "session_update", "speed": v}, st.floats(0.5, 2.0)),
+)
+frames = st.one_of(
+    wellformed.map(json.dumps),
+    typed_objects.map(json.dumps),
+    json_values.map(json.dumps),
+    st.text(max_size=60),
+    st.binary(max_size=60),
+)
+
+
+@dataclass(frozen=True)
+class Advance:
+    seconds: float
+
+
+@dataclass(frozen=True)
+class Synthesize:
+    seconds: float
+
+
+actions = st.lists(
+    st.one_of(
+        frames,
+        st.floats(0.0, 1.5).map(Advance),
+        st.floats(0.0, 0.5).map(Synthesize),
+    ),
+    max_size=40,
+)
+
+
+def tone(seconds: float) -> np.ndarray:
+    t = np.arange(int(seconds * 22050)) / 22050
+    return (0.3 * np.sin(2 * np.pi * 180 * t)).astype(np.float32)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(actions)
+def test_session_survives_any_sequence_of_frames(steps: list[object]) -> None:
+    session = Session("fuzz", 22050, SessionConfig(max_pending_text_chars=200))
+    now, in_flight, sent = 0.0, [], []
+
+    def pump() -> None:
+        in_flight.extend(session.take_submissions())
+        session.take_cancellations()
+        while (item := session.pop(now)) is not None:
+            sent.append(item)
+
+    for step in [*steps, "final"]:
+        if isinstance(step, Advance):
+            now += step.seconds
+            session.tick(now)
+        elif isinstance(step, Synthesize):
+            if in_flight:
+                job = in_flight.pop(0)
+                session.on_audio(job.job_id, tone(step.seconds), now)
+                session.on_done(job.job_id, now)
+        elif step == "final":
+            session.handle(parse_client_message('{"type": "end_text"}'), now)
+        else:
+            assert isinstance(step, str | bytes)
+            before = len(session.outbox)
+            if session.admit(now):
+                try:
+                    message = parse_client_message(step)
+                except VoicewsError as exc:
+                    session.report(exc)
+                    assert len(session.outbox) == before + 1  # refused: exactly one error
+                else:
+                    session.handle(message, now)
+        pump()
+    while in_flight:  # let every turn run out
+        job = in_flight.pop(0)
+        session.on_audio(job.job_id, tone(0.1), now)
+        session.on_done(job.job_id, now)
+        pump()
+    check_stream(sent)
+
+
+def check_stream(sent: list[object]) -> None:
+    """Every started turn is done exactly once; frames are contiguous; errors are typed."""
+    open_turn, seq, done = None, 0, set()
+    for item in sent:
+        if isinstance(item, Error):
+            assert item.code in KNOWN_CODES and item.message
+        elif isinstance(item, TurnStarted):
+            assert open_turn is None and item.turn_id not in done
+            open_turn, seq = item.turn_id, 0
+        elif isinstance(item, AudioFrame):
+            assert item.turn_id == open_turn and item.seq == seq
+            seq += 1
+        elif isinstance(item, TurnDone):
+            assert item.turn_id == open_turn
+            done.add(item.turn_id)
+            open_turn = None
+    assert open_turn is None
+
+
+@pytest.fixture(scope="module")
+def threaded_server() -> Iterator[VoicewsServer]:
+    """A real server on its own event loop thread, for the synchronous fuzzing client."""
+    started = threading.Event()
+    stop: asyncio.Event | None = None
+    holder: list[VoicewsServer] = []
+    loop = asyncio.new_event_loop()
+
+    async def main() -> None:
+        nonlocal stop
+        stop = asyncio.Event()
+        # No rate limit here: the fuzzer's pace is not what is under test.
+        async with running(with_session(max_messages_per_second=100_000)) as srv:
+            holder.append(srv)
+            started.set()
+            await stop.wait()
+
+    thread = threading.Thread(target=loop.run_until_complete, args=(main(),), daemon=True)
+    thread.start()
+    assert started.wait(60)
+    yield holder[0]
+    assert stop is not None
+    loop.call_soon_threadsafe(stop.set)
+    thread.join(30)
+    loop.close()
+
+
+@pytest.fixture(scope="module")
+def connection(threaded_server: VoicewsServer) -> Iterator[ClientConnection]:
+    with connect(threaded_server.url) as ws:
+        ws.recv(timeout(10))  # session_created
+        yield ws
+
+
+def until_pong(ws: ClientConnection, probe: str) -> list[object]:
+    seen: list[object] = []
+    while True:
+        data = ws.recv(timeout(10))
+        item = decode_frame(data) if isinstance(data, bytes) else parse_server_event(data)
+        if item == Pong(id=probe):
+            return seen
+        seen.append(item)
+
+
+@settings(
+    max_examples=120, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(frame=frames)
+def test_server_answers_any_frame_and_stays_up(
+    connection: ClientConnection, frame: str | bytes
+) -> None:
+    connection.send(frame)
+    connection.send('{"type": "ping", "id": "probe"}')
+    for item in until_pong(connection, "probe"):
+        if isinstance(item, Error):
+            assert item.code in KNOWN_CODES and item.message
+
+
+def test_server_still_speaks_after_fuzzing(
+    connection: ClientConnection, threaded_server: VoicewsServer
+) -> None:
+    connection.send('{"type": "end_text"}')
+    connection.send('{"type": "turn_reset", "turn_id": "after-fuzz"}')
+    connection.send('{"type": "text_delta", "text": "Still speaking."}')
+    connection.send('{"type": "end_text"}')
+    samples = 0
+    while True:
+        data = connection.recv(timeout(20))
+        if isinstance(data, bytes):
+            samples += decode_frame(data).samples
+            continue
+        event = parse_server_event(data)
+        if isinstance(event, TurnDone) and event.turn_id == "after-fuzz":
+            assert event.samples == samples > 0
+            break
+    assert threaded_server.app is not None and len(threaded_server.app.sessions) == 1

@@ -1,0 +1,66 @@
+"""SIGTERM on a real ``voicews serve`` process: refuse new sessions, finish live turns, close."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import socket
+import sys
+
+import pytest
+from websockets.exceptions import ConnectionClosed, InvalidStatus
+
+from conftest import timeout
+from voicews.client import RealtimeClient, SpokenTurn, word_pieces
+
+REPLY = "Sure, here is the plan. First we pack the bags, then we drive to the coast for lunch."
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+async def test_sigterm_drains_live_turns_then_closes_with_1001() -> None:
+    port = free_port()
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "voicews.cli", "serve", "--port", str(port),
+        "--drain-timeout", "20",
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    try:
+        assert proc.stdout is not None
+        line = await asyncio.wait_for(proc.stdout.readline(), timeout(30))
+        assert b"listening on" in line
+        url = f"ws://127.0.0.1:{port}/v1/realtime"
+        async with await RealtimeClient.connect(url) as client:
+            turn = SpokenTurn("live", client.sample_rate)
+            await client.turn_reset("live")
+            pieces = word_pieces(REPLY)
+            for piece in pieces[:6]:
+                await client.text_delta(piece)
+            proc.send_signal(signal.SIGTERM)
+            await asyncio.sleep(0.3)
+            # New sessions are refused while the live turn goes on...
+            with pytest.raises((InvalidStatus, OSError)) as refused:
+                await RealtimeClient.connect(url)
+            if isinstance(refused.value, InvalidStatus):
+                assert refused.value.response.status_code == 503
+            for piece in pieces[6:]:
+                await client.text_delta(piece)
+                await asyncio.sleep(0.02)
+            await client.end_text()
+            await asyncio.wait_for(client.collect(turn), timeout(30))
+            assert turn.done is not None and not turn.done.cancelled
+            assert turn.samples == turn.done.samples > 22050
+            # ...and once it is done the server closes with "going away".
+            with pytest.raises(ConnectionClosed) as closed:
+                await client.recv(timeout(10))
+            assert closed.value.rcvd is not None and closed.value.rcvd.code == 1001
+        assert await asyncio.wait_for(proc.wait(), timeout(20)) == 0
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
