@@ -137,19 +137,18 @@ def test_session_survives_any_sequence_of_frames(steps: list[object]) -> None:
 
 def check_stream(sent: list[object]) -> None:
     """Every started turn is done exactly once; frames are contiguous; errors are typed."""
-    open_turn, seq, done = None, 0, set()
+    open_turn, seq, latest = None, 0, None
     for item in sent:
         if isinstance(item, Error):
             assert item.code in KNOWN_CODES and item.message
         elif isinstance(item, TurnStarted):
-            assert open_turn is None and item.turn_id not in done
-            open_turn, seq = item.turn_id, 0
+            assert open_turn is None and item.turn_id != latest  # duplicate_turn_id
+            open_turn, seq, latest = item.turn_id, 0, item.turn_id
         elif isinstance(item, AudioFrame):
             assert item.turn_id == open_turn and item.seq == seq
             seq += 1
         elif isinstance(item, TurnDone):
             assert item.turn_id == open_turn
-            done.add(item.turn_id)
             open_turn = None
     assert open_turn is None
 
