@@ -61,6 +61,7 @@ class VoicewsServer:
         self._socket: socket.socket | None = None
 
     async def start(self) -> None:
+        logs.redact_server_logs()
         await asyncio.to_thread(self.worker.start)
         voice = self.config.voice or "en_US-joe-medium"
         self.app = VoicewsApp(

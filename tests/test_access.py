@@ -1,0 +1,81 @@
+"""Bearer tokens and the Origin allow-list, as pure checks and on a real server."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import replace
+
+import pytest
+from websockets.exceptions import InvalidStatus
+
+from conftest import TEST_CONFIG, running, timeout
+from voicews.access import AccessPolicy, check, load_tokens
+from voicews.client import RealtimeClient
+
+SECRET = "s3cret-token-value"
+POLICY = AccessPolicy(tokens=frozenset({SECRET}), allowed_origins=frozenset({"https://app.test"}))
+
+
+@pytest.mark.parametrize(
+    ("headers", "query", "status"),
+    [
+        ({}, b"", 401),
+        ({"authorization": f"Bearer {SECRET}"}, b"", None),
+        ({"authorization": f"bearer {SECRET}"}, b"", None),
+        ({"authorization": "Bearer wrong"}, b"", 401),
+        ({"authorization": f"Basic {SECRET}"}, b"", 401),
+        ({}, f"token={SECRET}".encode(), None),
+        ({}, b"token=wrong", 401),
+        ({"origin": "https://evil.test", "authorization": f"Bearer {SECRET}"}, b"", 403),
+        ({"origin": "https://app.test", "authorization": f"Bearer {SECRET}"}, b"", None),
+    ],
+)
+def test_check(headers: dict[str, str], query: bytes, status: int | None) -> None:
+    refusal = check(POLICY, headers, query)
+    assert (refusal.status if refusal else None) == status
+    if refusal:
+        assert SECRET not in refusal.reason
+
+
+def test_open_policy_admits_everyone() -> None:
+    assert check(AccessPolicy(), {"origin": "https://any.test"}, b"") is None
+
+
+def test_tokens_from_env_and_file(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    monkeypatch.setenv("VOICEWS_TOKENS", "a, b,,")
+    path = tmp_path / "tokens"
+    path.write_text("# comment\nc\n\nd\n")
+    assert load_tokens(str(path)) == frozenset({"a", "b", "c", "d"})
+
+
+async def test_server_enforces_tokens_and_origins_and_never_logs_them(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    async with running(replace(TEST_CONFIG, access=POLICY)) as srv:
+        for kwargs, status in [
+            ({}, 401),
+            ({"additional_headers": {"Authorization": "Bearer nope"}}, 401),
+            ({"additional_headers": {"Authorization": f"Bearer {SECRET}"},
+              "origin": "https://evil.test"}, 403),
+        ]:  # fmt: skip
+            with pytest.raises(InvalidStatus) as refused:
+                await RealtimeClient.connect(srv.url, **kwargs)
+            assert refused.value.response.status_code == status
+        async with await RealtimeClient.connect(
+            srv.url, additional_headers={"Authorization": f"Bearer {SECRET}"}
+        ) as c:
+            assert (await c.speak("Let me in.", timeout=timeout(20))).done is not None
+        async with await RealtimeClient.connect(
+            f"{srv.url}?token={SECRET}", origin="https://app.test"
+        ) as c:
+            assert c.created.session_id
+        reader, writer = await asyncio.open_connection("127.0.0.1", srv.port)
+        writer.write(b"POST /v1/audio/speech HTTP/1.1\r\nHost: t\r\nContent-Length: 2\r\n\r\n{}")
+        assert (await asyncio.wait_for(reader.readline(), timeout(5))).startswith(b"HTTP/1.1 401")
+        writer.close()
+    server_lines = [r.getMessage() for r in caplog.records if not r.name.startswith("websockets.")]
+    assert any("event=refused" in line for line in server_lines)
+    assert any("[redacted]" in line for line in server_lines)  # the handshake was logged...
+    assert not any(SECRET in line for line in server_lines)  # ...without the token

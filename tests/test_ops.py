@@ -1,0 +1,79 @@
+"""What operators see: health, readiness, Prometheus metrics, and structured log lines."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+
+import pytest
+
+from conftest import running, timeout
+from voicews.client import RealtimeClient
+from voicews.server import VoicewsServer
+
+
+async def http_get(port: int, path: str) -> tuple[int, str, bytes]:
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(f"GET {path} HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n".encode())
+    data = await asyncio.wait_for(reader.read(), timeout(5))
+    writer.close()
+    head, _, body = data.partition(b"\r\n\r\n")
+    content_type = re.search(rb"(?i)content-type: ([^\r]+)", head)
+    return int(head.split()[1]), content_type.group(1).decode() if content_type else "", body
+
+
+def sample(metrics: str, name: str, default: float | None = None) -> float:
+    match = re.search(rf"^{re.escape(name)} (\S+)$", metrics, re.M)
+    if match is None and default is not None:
+        return default
+    assert match, f"{name} missing"
+    return float(match.group(1))
+
+
+async def test_health_and_readiness(server: VoicewsServer) -> None:
+    assert (await http_get(server.port, "/healthz"))[::2] == (200, b"ok\n")
+    assert (await http_get(server.port, "/readyz"))[::2] == (200, b"ready\n")
+    assert (await http_get(server.port, "/nope"))[0] == 404
+
+
+async def test_readiness_fails_while_draining() -> None:
+    async with running() as srv:
+        assert srv.app is not None
+        assert await srv.app.drain(timeout=1.0)  # no sessions: drained at once
+        assert (await http_get(srv.port, "/readyz"))[::2] == (503, b"draining\n")
+        assert (await http_get(srv.port, "/healthz"))[0] == 200
+
+
+async def test_metrics_count_sessions_turns_latency_and_errors(
+    server: VoicewsServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="voicews")
+    before = (await http_get(server.port, "/metrics"))[2].decode()
+    async with await RealtimeClient.connect(server.url) as c:
+        turn = await c.speak("Counting this turn, please.", tokens_per_s=50, timeout=timeout(20))
+        await c.ws.send("{bad json")
+        await c.recv(timeout(5))
+        status, content_type, body = await http_get(server.port, "/metrics")
+    after = body.decode()
+    assert status == 200 and content_type.startswith("text/plain")
+    assert sample(after, "voicews_sessions_active") >= 1
+    for name, grew in [
+        ("voicews_sessions_opened_total", 1),
+        ('voicews_turns_total{outcome="done"}', 1),
+        ("voicews_first_audio_seconds_count", 1),
+        ('voicews_errors_total{code="invalid_json"}', 1),
+    ]:
+        assert sample(after, name) - sample(before, name, default=0.0) >= grew, name
+    for name in ("voicews_worker_busy_ratio", "voicews_worker_queue_depth",
+                 "voicews_pending_audio_seconds"):  # fmt: skip
+        assert 0 <= sample(after, name)
+    assert "voicews_stall_seconds_bucket" in after
+    # One log line per event, with session and turn ids.
+    assert turn.done is not None
+    lines = caplog.text.splitlines()
+    assert any(f"event=session_open session={c.created.session_id}" in x for x in lines)
+    assert any(
+        f"event=turn_done session={c.created.session_id} turn={turn.turn_id}" in x for x in lines
+    )
+    assert any("event=error" in x and "code=invalid_json" in x for x in lines)
