@@ -10,8 +10,8 @@ import wave
 from pathlib import Path
 
 import numpy as np
-from conftest import TEST_CONFIG, timeout
 
+from conftest import TEST_CONFIG, timeout
 from voicews.audio import from_pcm16
 from voicews.client import RealtimeClient, SpokenTurn
 from voicews.errors import ErrorCode

@@ -9,8 +9,8 @@ from collections.abc import Iterator
 
 import numpy as np
 import numpy.typing as npt
-from conftest import TEST_CONFIG, running, timeout
 
+from conftest import TEST_CONFIG, running, timeout
 from voicews.client import RealtimeClient, SpokenTurn
 from voicews.engines import engine_factory
 from voicews.engines.base import Engine, SynthesisOptions

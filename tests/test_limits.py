@@ -8,9 +8,9 @@ import os
 from dataclasses import replace
 
 import pytest
-from conftest import TEST_CONFIG, running, timeout, with_session
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 
+from conftest import TEST_CONFIG, running, timeout, with_session
 from voicews.client import RealtimeClient
 from voicews.errors import ErrorCode
 from voicews.protocol import Error, TurnDone
