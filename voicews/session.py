@@ -212,8 +212,8 @@ class Session:
                     if message.speed is not None:
                         self._options = replace(self._options, speed=message.speed)
                 case Ping():
-                    # Control latency, not audio latency: the pong does not queue behind frames.
-                    self.outbox.appendleft(Pong(id=message.id))
+                    # In order with everything else: a pong also shows what is still queued.
+                    self.outbox.append(Pong(id=message.id))
         except VoicewsError as exc:
             self.report(exc)
 
