@@ -68,6 +68,23 @@ async def test_engine_failure_mid_turn_ends_only_that_turn() -> None:
         assert worker.stats.jobs_failed == 1
 
 
+async def test_http_speech_cut_by_an_engine_failure_is_a_truncated_transfer() -> None:
+    build = engine_factory("piper")
+    worker = ComputeWorker(lambda: FailsOnMarker(build()))
+    async with running(TEST_CONFIG, worker=worker) as srv:
+        body = b'{"input": "This part is fine. Then things explode here. Never said."}'
+        reader, writer = await asyncio.open_connection("127.0.0.1", srv.port)
+        writer.write(
+            b"POST /v1/audio/speech HTTP/1.1\r\nHost: t\r\nContent-Length: "
+            + str(len(body)).encode() + b"\r\n\r\n" + body
+        )  # fmt: skip
+        data = await asyncio.wait_for(reader.read(), timeout(20))  # until the server closes
+        writer.close()
+        assert data.startswith(b"HTTP/1.1 200")
+        assert len(data) > 22050  # the fine part streamed...
+        assert not data.endswith(b"\r\n0\r\n\r\n")  # ...but no final chunk: truncated
+
+
 async def vanish_mid_turn(srv: VoicewsServer) -> None:
     client = await RealtimeClient.connect(srv.url)
     await client.turn_reset("gone")

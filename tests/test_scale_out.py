@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import http.client
+import json
 import os
 import re
 import shutil
@@ -24,17 +25,19 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from conftest import timeout
 from websockets.exceptions import ConnectionClosed
 
+from conftest import timeout
 from voicews.client import RealtimeClient, SpokenTurn
-from voicews.protocol import AudioFrame
+from voicews.protocol import AudioFrame, SegmentStarted
 
 CONF = Path(__file__).parent.parent / "deploy" / "nginx" / "voicews.conf"
 UPSTREAM_SERVER = re.compile(r"^(\s*server\s+)127\.0\.0\.1:\d+(\s)", re.MULTILINE)
 LISTEN = re.compile(r"^(\s*)listen\s+80;", re.MULTILINE)
 LISTENING = re.compile(r"voicews: listening on ws://127\.0\.0\.1:(\d+)/")
 SAMPLE_RATE = 22050
+# Port 0: each instance binds a free port itself and prints it.
+SERVE = [sys.executable, "-m", "voicews.cli", "serve", "--host", "127.0.0.1", "--port", "0"]
 SHORT = "Hello there, how are you?"
 SPEECH = (
     "Streaming through the proxy. Each chunk should reach the listener as soon as it is "
@@ -94,21 +97,20 @@ http {{
 
 def request(
     port: int, method: str, path: str, body: bytes | None = None, wait: float = 10.0
-) -> tuple[int, dict[str, str], bytes, float | None]:
-    """One HTTP request; returns status, headers, body and when the first body bytes came
-    (seconds after the request was sent)."""
+) -> tuple[int, dict[str, str], bytes, list[tuple[float, int]]]:
+    """One HTTP request; returns status, headers, body, and as it came in: (seconds since the
+    request, body bytes so far) for every read."""
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=wait)
     try:
         headers = {"Content-Type": "application/json"} if body is not None else {}
         start = time.perf_counter()
         conn.request(method, path, body=body, headers=headers)
         response = conn.getresponse()
-        data, first = bytearray(), None
+        data, arrivals = bytearray(), []
         while chunk := response.read1(65536):
-            if first is None:
-                first = time.perf_counter() - start
             data += chunk
-        return response.status, dict(response.getheaders()), bytes(data), first
+            arrivals.append((time.perf_counter() - start, len(data)))
+        return response.status, dict(response.getheaders()), bytes(data), arrivals
     finally:
         conn.close()
 
@@ -120,6 +122,8 @@ class Instance:
     log: Path
 
     def metrics(self) -> dict[str, int]:
+        if self.process.poll() is not None:
+            return {"opened": 0, "active": 0, "refused_503": 0}
         status, _, body, _ = request(self.port, "GET", "/metrics", wait=timeout(5))
         assert status == 200
         text = body.decode()
@@ -150,6 +154,7 @@ class Cluster:
         return f"ws://127.0.0.1:{self.port}/v1/realtime"
 
     async def metrics(self) -> list[dict[str, int]]:
+        """Each instance's counters; an instance that has exited reads as all zero."""
         return [await asyncio.to_thread(i.metrics) for i in self.instances]
 
     async def connect(self) -> RealtimeClient:
@@ -165,17 +170,27 @@ class Cluster:
         )
         return grew[0]
 
-    async def settle(self) -> None:
-        """Wait until no instance holds a session (closed ones go a moment after the client)."""
+    async def settle(self, *which: int) -> list[dict[str, int]]:
+        """Wait until these instances (default: all) hold no session, as seen by their metrics
+        (a closed session goes a moment after its client); returns the metrics then."""
         deadline = time.monotonic() + timeout(10)
-        while any(m["active"] for m in await self.metrics()):
-            assert time.monotonic() < deadline, "sessions still open on an instance"
+        while True:
+            metrics = await self.metrics()
+            if not any(metrics[i]["active"] for i in which or range(len(metrics))):
+                return metrics
+            assert time.monotonic() < deadline, f"sessions still open: {metrics}"
             await asyncio.sleep(0.05)
 
-    def diagnostics(self) -> str:
-        parts = [f"--- {p.name} ---\n{tail(p)}" for p in (self.tmp / "error.log",)]
-        parts += [f"--- instance {i.port} ---\n{tail(i.log)}" for i in self.instances]
-        return "\n".join(parts)
+    @contextlib.contextmanager
+    def explained(self) -> Iterator[None]:
+        """On failure, print nginx's error log and both instances' logs (pytest shows them)."""
+        try:
+            yield
+        except BaseException:
+            print(f"--- nginx error.log ---\n{tail(self.tmp / 'error.log')}")
+            for name, instance in zip("ab", self.instances, strict=True):
+                print(f"--- instance {name} (port {instance.port}) ---\n{tail(instance.log)}")
+            raise
 
 
 def tail(path: Path, lines: int = 30) -> str:
@@ -198,8 +213,7 @@ def start_instance(tmp: Path, name: str) -> Instance:
     log = tmp / f"{name}.log"
     with log.open("wb") as out:
         process = subprocess.Popen(
-            [sys.executable, "-m", "voicews.cli", "serve", "--host", "127.0.0.1", "--port", "0"]
-            + ["--drain-timeout", "20"],
+            [*SERVE, "--drain-timeout", "20"],
             stdout=out,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
@@ -268,6 +282,16 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
             stop(instance.process)
 
 
+def speech_body(text: str) -> bytes:
+    return json.dumps({"input": text}).encode()
+
+
+async def close_all(clients: list[RealtimeClient]) -> None:
+    for client in clients:
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(client.ws.close(), timeout(5))
+
+
 def assert_spoken(turn: SpokenTurn, min_seconds: float = 0.8) -> None:
     assert turn.done is not None and not turn.done.cancelled, turn.done
     assert not turn.errors, turn.errors
@@ -277,131 +301,140 @@ def assert_spoken(turn: SpokenTurn, min_seconds: float = 0.8) -> None:
 
 async def test_sessions_spread_over_both_instances(cluster: Cluster) -> None:
     assert all(i.process.poll() is None for i in cluster.instances), "an instance is down"
-    await cluster.settle()
-    start = await cluster.metrics()
+    start = await cluster.settle()
     clients: list[RealtimeClient] = []
     placed: list[int] = []
-    try:
-        for _ in range(4):  # held open together: least_conn puts two on each instance
-            before = await cluster.metrics()
-            clients.append(await cluster.connect())
-            placed.append(await cluster.where(clients[-1], before))
-        assert sorted(placed) == [0, 0, 1, 1], placed
-        turns = await asyncio.gather(*(c.speak(SHORT, timeout=timeout(30)) for c in clients))
-        for turn in turns:
-            assert_spoken(turn)
+    with cluster.explained():
+        try:
+            for _ in range(4):  # held open together: least_conn puts two on each instance
+                before = await cluster.metrics()
+                clients.append(await cluster.connect())
+                placed.append(await cluster.where(clients[-1], before))
+            assert sorted(placed) == [0, 0, 1, 1], placed
+            for path, status in (("/readyz", 200), ("/healthz", 200), ("/metrics", 403)):
+                got = await asyncio.to_thread(request, cluster.port, "GET", path)
+                assert got[0] == status, (path, got[:3])
+            turns = await asyncio.gather(*(c.speak(SHORT, timeout=timeout(30)) for c in clients))
+            for turn in turns:
+                assert_spoken(turn)
 
-        # Free the instance that took the last session: least_conn sends the next one there,
-        # where round robin would go to the other.
-        emptied = placed[-1]
-        for client, at in zip(clients, placed, strict=True):
-            if at == emptied:
-                await client.ws.close()
-        before = await cluster.metrics()
-        assert before[emptied]["active"] == 0, before
-        clients.append(await cluster.connect())
-        assert await cluster.where(clients[-1], before) == emptied
-    finally:
-        for client in clients:
-            await client.ws.close()
-    end = await cluster.metrics()
-    assert sum(e["opened"] - s["opened"] for e, s in zip(end, start, strict=True)) == 5
+            # Free the instance that took the last session: least_conn sends the next one
+            # there, where round robin would go to the other.
+            emptied = placed[-1]
+            for client, at in zip(clients, placed, strict=True):
+                if at == emptied:
+                    await client.ws.close()
+            before = await cluster.settle(emptied)
+            clients.append(await cluster.connect())
+            assert await cluster.where(clients[-1], before) == emptied
+        finally:
+            await close_all(clients)
+        end = await cluster.metrics()
+        assert [e["opened"] - s["opened"] for e, s in zip(end, start, strict=True)] == [
+            2 + (emptied == 0),
+            2 + (emptied == 1),
+        ]
 
 
 async def test_stopping_an_instance_moves_new_sessions_to_the_other(cluster: Cluster) -> None:
     assert all(i.process.poll() is None for i in cluster.instances), "an instance is down"
     await cluster.settle()
+    clients: list[RealtimeClient] = []
+    with cluster.explained():
+        try:
+            await stop_one_under_load(cluster, clients)
+        finally:
+            await close_all(clients)
 
+
+async def stop_one_under_load(cluster: Cluster, clients: list[RealtimeClient]) -> None:
     # A long-lived session; its instance is the survivor, the other one will be stopped.
     before = await cluster.metrics()
     keeper = await cluster.connect()
+    clients.append(keeper)
     stays = await cluster.where(keeper, before)
     goes = 1 - stays
-    survivor, stopped = cluster.instances[stays], cluster.instances[goes]
-    others: list[RealtimeClient] = []
-    try:
-        assert_spoken(await keeper.speak(SHORT, timeout=timeout(30)))
+    stopped = cluster.instances[goes]
+    assert_spoken(await keeper.speak(SHORT, timeout=timeout(30)))
 
-        # least_conn sends the next session to the idle instance; a turn is under way there
-        # (text still arriving) when it gets SIGTERM.
-        before = await cluster.metrics()
-        draining = await cluster.connect()
-        assert await cluster.where(draining, before) == goes, "least_conn picked the busy one"
-        turn = SpokenTurn("drain", draining.sample_rate)
-        await draining.turn_reset(turn.turn_id)
-        await draining.text_delta("This turn was under way when its instance was told to stop,")
-        while not turn.frames:
-            item = await draining.recv(timeout(20))
-            if isinstance(item, AudioFrame):
-                turn.frames.append(item)
-                turn.pcm += item.pcm
-        stopped.process.send_signal(signal.SIGTERM)
-        deadline = time.monotonic() + timeout(10)
-        while await asyncio.to_thread(stopped.readiness) != 503:
-            assert time.monotonic() < deadline, "the stopped instance never said draining"
-            await asyncio.sleep(0.05)
+    # least_conn sends the next session to the idle instance; a turn is under way there (its
+    # text still arriving) when that instance gets SIGTERM.
+    before = await cluster.metrics()
+    draining = await cluster.connect()
+    clients.append(draining)
+    assert await cluster.where(draining, before) == goes, "least_conn picked the busy one"
+    turn = SpokenTurn("drain", draining.sample_rate)
+    await draining.turn_reset(turn.turn_id)
+    await draining.text_delta("This turn was under way when its instance was told to stop,")
+    while not turn.frames:
+        item = await draining.recv(timeout(20))
+        if isinstance(item, SegmentStarted):
+            turn.segments.append(item)
+        elif isinstance(item, AudioFrame):
+            turn.frames.append(item)
+            turn.pcm += item.pcm
+    stopped.process.send_signal(signal.SIGTERM)
+    deadline = time.monotonic() + timeout(10)
+    while await asyncio.to_thread(stopped.readiness) != 503:
+        assert time.monotonic() < deadline, "the stopped instance never said draining"
+        await asyncio.sleep(0.05)
 
-        # While it drains: it refuses with 503 and nginx retries on the survivor, for
-        # sessions and for POST /v1/audio/speech alike.
-        before = await cluster.metrics()
-        for _ in range(3):  # held open, so least_conn keeps preferring the draining one
-            others.append(await cluster.connect())
-        status, headers, body, _ = await asyncio.to_thread(
-            request, cluster.port, "POST", "/v1/audio/speech", b'{"input": "Still here."}'
-        )
-        assert status == 200 and body[:4] == b"RIFF", (status, body[:200])
-        during = await cluster.metrics()
-        assert during[goes]["opened"] == before[goes]["opened"], "the draining one took a session"
-        assert during[stays]["opened"] == before[stays]["opened"] + 4
-        assert during[goes]["refused_503"] > before[goes]["refused_503"], (
-            "nginx never tried the draining instance, so its failover was not exercised"
-        )
+    # While it drains it refuses with 503, and nginx retries on the survivor: sessions and
+    # POST /v1/audio/speech alike. With one more session on the survivor, least_conn prefers
+    # the draining instance for the POST, so that its retry is certain to be exercised.
+    before = await cluster.metrics()
+    during_drain = [await cluster.connect()]
+    clients += during_drain
+    status, _, body, _ = await asyncio.to_thread(
+        request, cluster.port, "POST", "/v1/audio/speech", speech_body("Still here.")
+    )
+    assert status == 200 and body[:4] == b"RIFF", (status, body[:200])
+    during_drain += [await cluster.connect() for _ in range(2)]
+    clients += during_drain[1:]
+    during = await cluster.metrics()
+    assert during[goes]["opened"] == before[goes]["opened"], "the draining one took a session"
+    assert during[stays]["opened"] == before[stays]["opened"] + 4  # 3 sessions, 1 POST
+    assert during[goes]["refused_503"] > before[goes]["refused_503"], (
+        "nginx never tried the draining instance, so its failover was not exercised"
+    )
 
-        # The turn that was under way finishes whole; then that session is closed with 1001.
-        await draining.text_delta(" and it still finished.")
-        await draining.end_text()
-        await asyncio.wait_for(draining.collect(turn), timeout(30))
-        assert_spoken(turn)
-        assert [s.text for s in turn.segments][-1].endswith("finished.")
-        with pytest.raises(ConnectionClosed):
-            await draining.recv(timeout(10))
-        assert draining.ws.close_code == 1001, draining.ws.close_code
-        await asyncio.wait_for(asyncio.to_thread(stopped.process.wait), timeout(20))
-        assert stopped.process.returncode == 0, tail(stopped.log)
+    # The turn that was under way finishes whole; then its session is closed with 1001.
+    await draining.text_delta(" and it still finished.")
+    await draining.end_text()
+    await asyncio.wait_for(draining.collect(turn), timeout(30))
+    assert_spoken(turn)
+    spoken_text = " ".join(s.text for s in turn.segments)
+    assert spoken_text.startswith("This turn") and spoken_text.endswith("finished."), spoken_text
+    with pytest.raises(ConnectionClosed):
+        await draining.recv(timeout(10))
+    assert draining.ws.close_code == 1001, draining.ws.close_code
+    await asyncio.wait_for(asyncio.to_thread(stopped.process.wait), timeout(20))
+    assert stopped.process.returncode == 0, tail(stopped.log)
 
-        # It is gone: every new session succeeds and lands on the survivor.
-        before = await asyncio.to_thread(survivor.metrics)
-        fresh = [await cluster.connect() for _ in range(3)]
-        others += fresh
-        turns = await asyncio.gather(*(c.speak(SHORT, timeout=timeout(30)) for c in others))
-        for spoken in turns:
-            assert_spoken(spoken)
-        after = await asyncio.to_thread(survivor.metrics)
-        assert after["opened"] == before["opened"] + len(fresh)
+    # It is gone: every new session succeeds and lands on the survivor, and the sessions
+    # opened while it drained speak too.
+    before = await cluster.metrics()
+    after_exit = [await cluster.connect() for _ in range(3)]
+    clients += after_exit
+    turns = await asyncio.gather(
+        *(c.speak(SHORT, timeout=timeout(30)) for c in during_drain + after_exit)
+    )
+    for spoken in turns:
+        assert_spoken(spoken)
+    after = await cluster.metrics()
+    assert after[stays]["opened"] == before[stays]["opened"] + len(after_exit)
 
-        # The long-lived session never noticed.
-        assert_spoken(await keeper.speak("Are you still with me?", timeout=timeout(30)))
+    # The long-lived session on the survivor never noticed.
+    assert_spoken(await keeper.speak("Are you still with me?", timeout=timeout(30)))
 
-        # HTTP speech still streams a WAV through nginx: first bytes long before the end.
-        start = time.perf_counter()
-        status, headers, body, first = await asyncio.to_thread(
-            request,
-            cluster.port,
-            "POST",
-            "/v1/audio/speech",
-            b'{"input": "%s"}' % SPEECH.encode(),
-            timeout(30),
-        )
-        total = time.perf_counter() - start
-        assert status == 200, (status, body[:200])
-        assert headers.get("Content-Type") == "audio/wav"
-        assert body[:4] == b"RIFF" and body[8:12] == b"WAVE"
-        assert (len(body) - 44) / 2 / SAMPLE_RATE > 4.0  # seconds of audio
-        assert first is not None and first < total / 2, (first, total)
-    except BaseException:
-        print(cluster.diagnostics())
-        raise
-    finally:
-        for client in [keeper, *others]:
-            with contextlib.suppress(Exception):
-                await client.ws.close()
+    # HTTP speech still streams a WAV through nginx: the first half second of audio comes long
+    # before the end.
+    status, headers, body, arrivals = await asyncio.to_thread(
+        request, cluster.port, "POST", "/v1/audio/speech", speech_body(SPEECH), timeout(30)
+    )
+    assert status == 200, (status, body[:200])
+    assert headers.get("Content-Type") == "audio/wav"
+    assert body[:4] == b"RIFF" and body[8:12] == b"WAVE"
+    assert (len(body) - 44) / 2 / SAMPLE_RATE > 4.0  # seconds of audio
+    half_second = next(t for t, size in arrivals if size >= 44 + SAMPLE_RATE)
+    assert half_second < arrivals[-1][0] / 2, arrivals

@@ -252,6 +252,32 @@ def test_idle_session_is_closed_after_the_idle_timeout() -> None:
     assert s.close_request is not None and s.close_request.code == 1000
 
 
+def test_idle_clock_starts_when_a_turn_ends() -> None:
+    s = make(idle_timeout_s=30.0)
+    s.start(0.0)
+    s.handle(TurnReset(turn_id="t1"), 0.0)
+    s.handle(TextDelta(text="Hello there, friend."), 0.0)
+    s.handle(EndText(), 0.0)
+    synthesize(s, one(s), 0.5, 40.0)  # a long turn: it ends at t = 40
+    synthesize(s, one(s), 0.5, 40.0)
+    drain(s, 40.0)
+    s.tick(41.0)
+    assert s.close_request is None
+    assert s.wakeup_at(41.0) == 70.0
+
+
+def test_queued_events_count_events_not_frames() -> None:
+    s = make()
+    s.handle(TurnReset(turn_id="t1"), 0.0)
+    s.handle(TextDelta(text="Hello there, friend."), 0.0)
+    synthesize(s, one(s), 0.5, 0.1)
+    s.handle(Ping(), 0.1)
+    frames = sum(isinstance(i, AudioFrame) for i in s.outbox)
+    assert frames > 5 and s.queued_events == len(s.outbox) - frames == 3
+    drain(s)
+    assert s.queued_events == 0
+
+
 def test_draining_finishes_the_turn_then_asks_to_close() -> None:
     s = make()
     s.handle(TurnReset(turn_id="t1"), 0.0)

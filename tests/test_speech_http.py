@@ -78,7 +78,8 @@ async def test_pcm_format_and_speed(server: VoicewsServer) -> None:
         body = json.dumps({"input": "Hello there, a quick test.", "response_format": "pcm",
                            "speed": speed}).encode()  # fmt: skip
         status, headers, reader, writer = await post(server.port, body)
-        assert status == 200 and headers["content-type"] == "audio/L16;rate=22050"
+        assert status == 200
+        assert headers["content-type"] == "audio/pcm;rate=22050;channels=1;encoding=s16le"
         lengths.append(sum(len(d) for _, d in await chunks(reader)))
         writer.close()
     assert lengths[1] < lengths[0] * 0.85  # faster speech is shorter
@@ -102,6 +103,27 @@ async def test_bad_requests_get_clear_errors(server: VoicewsServer) -> None:
     writer.write(b"GET /v1/audio/speech HTTP/1.1\r\nHost: t\r\n\r\n")
     assert (await reader.readline()).startswith(b"HTTP/1.1 405")
     writer.close()
+
+
+async def test_errors_are_json_in_the_openai_shape(server: VoicewsServer) -> None:
+    status, headers, reader, writer = await post(server.port, b'{"input": 5}')
+    body = json.loads(await asyncio.wait_for(reader.read(), timeout(5)))
+    writer.close()
+    assert status == 400 and headers["content-type"] == "application/json"
+    assert body["error"]["code"] == "invalid_request" and "input" in body["error"]["message"]
+
+
+async def test_cors_preflight_and_headers_for_browsers(server: VoicewsServer) -> None:
+    reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+    writer.write(
+        b"OPTIONS /v1/audio/speech HTTP/1.1\r\nHost: t\r\nOrigin: https://app.test\r\n"
+        b"Access-Control-Request-Method: POST\r\nConnection: close\r\n\r\n"
+    )
+    response = await asyncio.wait_for(reader.read(), timeout(5))
+    writer.close()
+    assert response.startswith(b"HTTP/1.1 204")
+    assert b"access-control-allow-origin: https://app.test" in response
+    assert b"access-control-allow-methods: POST" in response
 
 
 async def test_client_leaving_mid_stream_stops_synthesis(server: VoicewsServer) -> None:

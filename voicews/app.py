@@ -21,10 +21,15 @@ from .metrics import Metrics
 from .protocol import REALTIME_PATH
 from .realtime import RealtimeConnection
 from .session import Session, SessionConfig
-from .speech import speech
+from .speech import refuse, speech
 from .worker import ComputeWorker
 
 SPEECH_PATH = "/v1/audio/speech"
+_PREFLIGHT = [
+    (b"access-control-allow-methods", b"POST"),
+    (b"access-control-allow-headers", b"authorization, content-type"),
+    (b"access-control-max-age", b"600"),
+]
 _CONTENT_TYPES = {
     ".html": "text/html; charset=utf-8",
     ".js": "text/javascript; charset=utf-8",
@@ -167,13 +172,18 @@ class VoicewsApp:
         return "ready"
 
     async def _speech(self, scope: Scope, receive: Receive, send: Send, method: str) -> None:
+        cors = self._cors(headers_of(scope).get("origin"))
+        if method == "OPTIONS":  # a browser's preflight for a cross-origin POST
+            await respond(send, 204, b"", headers=[*cors, *_PREFLIGHT])
+            return
         if method != "POST":
-            await respond(send, 405, "use POST\n", headers=[(b"allow", b"POST")])
+            await refuse(send, 405, "method_not_allowed", "use POST", [*cors, (b"allow", b"POST")])
             return
         refusal = self._admit(scope)
         if refusal is not None:
             self._refused(scope, refusal)
-            await respond(send, refusal.status, refusal.reason + "\n")
+            extra = [(b"www-authenticate", b"Bearer")] if refusal.status == 401 else []
+            await refuse(send, refusal.status, "refused", refusal.reason, [*cors, *extra])
             return
         # One request is one whole turn: its text may all wait in the backlog at once.
         config = self.config.session
@@ -181,9 +191,20 @@ class VoicewsApp:
         self.metrics.http_speech.inc()
         try:
             driver = SessionDriver(session, self.worker, self.metrics.observe)
-            await speech(driver, receive, send, self.config.voice_name)
+            await speech(driver, receive, send, self.config.voice_name, cors)
         finally:
             self._closed(session)
+
+    def _cors(self, origin: str | None) -> list[tuple[bytes, bytes]]:
+        """CORS headers for the speech endpoint: any origin, or those on the allow-list."""
+        allowed = self.config.access.allowed_origins
+        if origin is None or (allowed and origin not in allowed):
+            return []
+        return [
+            (b"access-control-allow-origin", origin.encode("latin-1")),
+            (b"access-control-expose-headers", b"x-voicews-streamed, x-voicews-sample-rate"),
+            (b"vary", b"origin"),
+        ]
 
     def _asset(self, path: str) -> Path | None:
         parts = [p for p in path.split("/") if p] or ["index.html"]

@@ -14,6 +14,10 @@ from functools import partial
 from .session import Outgoing, Session
 from .worker import ComputeWorker, Job, JobAudio, JobDone, JobEvent, JobFailed
 
+# A client that keeps sending without reading piles up error events; past this many unsent
+# events the connection stops reading its frames (TCP pushes back) until it reads again.
+MAX_QUEUED_EVENTS = 64
+
 
 class SessionDriver:
     def __init__(
@@ -27,6 +31,8 @@ class SessionDriver:
         self._observe = observe
         self._loop = asyncio.get_running_loop()
         self._wake = asyncio.Event()
+        self._room = asyncio.Event()
+        self._room.set()
         self._jobs: dict[int, Job] = {}
         self._timer: asyncio.TimerHandle | None = None
 
@@ -45,9 +51,17 @@ class SessionDriver:
             self._wake.clear()
             await self._wake.wait()
 
+    async def room_for_input(self) -> None:
+        """Wait until the client has read enough of what it was sent to take more frames."""
+        await self._room.wait()
+
     def sync(self) -> None:
         """Carry the session's requests out: jobs to the worker, wake the sender, set timer."""
         session = self.session
+        if session.queued_events < MAX_QUEUED_EVENTS:
+            self._room.set()
+        else:
+            self._room.clear()
         for request in session.take_submissions():
             job = Job(
                 text=request.text,

@@ -11,7 +11,8 @@ from enum import StrEnum
 
 
 class ErrorCode(StrEnum):
-    """Wire error codes. Only ``idle_timeout`` and ``shutting_down`` precede a close."""
+    """Wire error codes. None closes the connection by itself; ``idle_timeout`` comes just
+    before the server closes (1000)."""
 
     INVALID_JSON = "invalid_json"
     """A text frame that is not valid JSON. (Invalid UTF-8 closes the socket with 1007.)"""
@@ -40,7 +41,7 @@ class ErrorCode(StrEnum):
     IDLE_TIMEOUT = "idle_timeout"
     """No message and no turn for ``limits.idle_timeout_s``; the server then closes (1000)."""
     SHUTTING_DOWN = "shutting_down"
-    """The server is draining: no new turns; it closes (1001) once the current turn is done."""
+    """A ``turn_reset`` while the server drains; it closes (1001) once the live turn is done."""
     SYNTHESIS_FAILED = "synthesis_failed"
     """The engine failed on the turn's text; the turn ends, the session goes on."""
     INTERNAL_ERROR = "internal_error"

@@ -37,10 +37,20 @@ class _Message(BaseModel):
     )
 
 
+def _optional_not_required(schema: dict[str, Any], model: type[BaseModel]) -> None:
+    """Fields left out when empty (``exclude_none``) must not be listed as required."""
+    optional = {n for n, f in model.model_fields.items() if f.default is None}
+    schema["required"] = [n for n in schema.get("required", []) if n not in optional]
+
+
 class _Event(BaseModel):
     """Server events: open to new fields within a protocol version (clients ignore them)."""
 
-    model_config = ConfigDict(frozen=True, json_schema_serialization_defaults_required=True)
+    model_config = ConfigDict(
+        frozen=True,
+        json_schema_serialization_defaults_required=True,
+        json_schema_extra=_optional_not_required,
+    )
 
 
 # --- client -> server -------------------------------------------------------------------
@@ -97,7 +107,7 @@ class AudioFormat(_Event):
 
 
 class Limits(_Event):
-    """Bounds the server enforces; exceeding one gets its own error code."""
+    """Bounds the server enforces (see PROTOCOL.md for what each does when exceeded)."""
 
     max_message_bytes: int
     max_turn_text_chars: int

@@ -34,6 +34,7 @@ class RealtimeConnection:
         sender = asyncio.create_task(self._send_loop())
         try:
             while True:
+                await self.driver.room_for_input()
                 message = await self._receive()
                 if message["type"] == "websocket.disconnect":
                     break
@@ -55,6 +56,8 @@ class RealtimeConnection:
 
     def _on_frame(self, data: str | bytes) -> None:
         session, now = self.session, self.driver.now()
+        if session.close_request is not None:
+            return  # closing (idle or shutdown): the close frame says why
         if session.admit(now):
             limit = session.config.max_message_bytes
             size = len(data) if isinstance(data, bytes) else len(data.encode())

@@ -144,6 +144,7 @@ class Session:
         self.sample_rate = sample_rate
         self.outbox: deque[Outgoing] = deque()
         self._outbox_samples = 0
+        self._outbox_frames = 0
         self._frame_samples = max(1, sample_rate * config.frame_ms // 1000)
         self._max_pending = sample_rate * config.max_pending_audio_ms // 1000
         self._options = SynthesisOptions()
@@ -155,7 +156,7 @@ class Session:
         self._cancellations: list[int] = []
         self._bucket = float(config.max_messages_per_second)
         self._bucket_at: float | None = None
-        self._last_message = 0.0
+        self._last_activity = 0.0
         self._draining = False
         self.close_request: Close | None = None
         self.stats = SessionStats()
@@ -176,7 +177,7 @@ class Session:
         if self._bucket_at is not None:
             self._bucket = min(float(rate), self._bucket + (now - self._bucket_at) * rate)
         self._bucket_at = now
-        self._last_message = now
+        self._last_activity = now
         if self._bucket < 1.0:
             self.report(
                 VoicewsError(
@@ -196,7 +197,7 @@ class Session:
 
     def start(self, now: float) -> None:
         """The connection is open: the idle clock starts now."""
-        self._last_message = now
+        self._last_activity = now
 
     def handle(self, message: ClientMessage, now: float) -> None:
         """Apply one client message; a refusal becomes an ``error`` event in the outbox."""
@@ -246,7 +247,7 @@ class Session:
             VoicewsError(ErrorCode.SYNTHESIS_FAILED, f"synthesis failed: {message}", turn.id)
         )
         turn.job = turn.segment = None
-        self._finish(turn, cancelled=True, outcome="failed")
+        self._finish(turn, now, cancelled=True, outcome="failed")
 
     def tick(self, now: float) -> None:
         """Time passed: flush, stall-guard, turn-duration or idle deadlines may have come."""
@@ -259,11 +260,11 @@ class Session:
                     turn.id,
                 )
             )
-            self._cut(turn)
+            self._cut(turn, now)
         elif (
             turn is None
             and self.close_request is None
-            and now - self._last_message >= self.config.idle_timeout_s
+            and now - self._last_activity >= self.config.idle_timeout_s
         ):
             self.report(
                 VoicewsError(
@@ -280,7 +281,7 @@ class Session:
             self._cancellations.append(self._turn.job.job_id)
         self._turn = None
         self.outbox.clear()
-        self._outbox_samples = 0
+        self._outbox_samples = self._outbox_frames = 0
 
     # --- outputs --------------------------------------------------------------------------
 
@@ -291,6 +292,7 @@ class Session:
         item = self.outbox.popleft()
         if isinstance(item, AudioFrame):
             self._outbox_samples -= item.samples
+            self._outbox_frames -= 1
             turn = self._turn if self._turn is not None else self._finished
             if turn is not None and turn.id == item.turn_id:
                 turn.samples_sent += item.samples
@@ -320,7 +322,7 @@ class Session:
         if turn is None:
             if self.close_request is not None:
                 return None
-            return self._last_message + self.config.idle_timeout_s
+            return self._last_activity + self.config.idle_timeout_s
         limit = turn.started + self.config.max_turn_seconds
         if turn.job is not None or turn.closed or self._paused or not turn.segmenter.has_text:
             return limit
@@ -334,6 +336,12 @@ class Session:
     @property
     def pending_audio_samples(self) -> int:
         return self._outbox_samples
+
+    @property
+    def queued_events(self) -> int:
+        """Events (not audio frames) waiting to be sent: the I/O layer stops reading the
+        client while many are queued, so a flood that is never read cannot grow them."""
+        return len(self.outbox) - self._outbox_frames
 
     @property
     def _paused(self) -> bool:
@@ -353,7 +361,7 @@ class Session:
                 turn_id,
             )
         if self._turn is not None:
-            self._cut(self._turn)
+            self._cut(self._turn, now)
         self._last_turn_id = turn_id
         self._turn = _Turn(
             id=turn_id,
@@ -364,7 +372,7 @@ class Session:
         )
         self.outbox.append(TurnStarted(turn_id=turn_id))
 
-    def _cut(self, turn: _Turn) -> None:
+    def _cut(self, turn: _Turn, now: float) -> None:
         """End a live turn at once: drop its queued audio, cancel its synthesis."""
         if turn.job is not None:
             self._cancellations.append(turn.job.job_id)
@@ -372,6 +380,7 @@ class Session:
         self.outbox.append(TurnDone(turn_id=turn.id, samples=turn.samples_sent, cancelled=True))
         self.stats.turns.append("cancelled")
         self._turn = None
+        self._last_activity = now
 
     def _text_delta(self, text: str, now: float) -> None:
         turn = self._open_turn("text_delta")
@@ -435,7 +444,7 @@ class Session:
                 self._submit(turn, segment, now)
                 return
         if turn.closed and not turn.segmenter.has_text:
-            self._finish(turn, cancelled=False, outcome="done")
+            self._finish(turn, now, cancelled=False, outcome="done")
 
     def _close_if_drained(self) -> None:
         if self._draining and self._turn is None and self.close_request is None:
@@ -516,9 +525,10 @@ class Session:
             turn.seq += 1
             turn.samples_queued += frame.samples
             self._outbox_samples += frame.samples
+            self._outbox_frames += 1
             self.outbox.append(frame)
 
-    def _finish(self, turn: _Turn, cancelled: bool, outcome: str) -> None:
+    def _finish(self, turn: _Turn, now: float, cancelled: bool, outcome: str) -> None:
         """End a turn whose queued audio still goes out (drained, or stopped by a failure)."""
         self._emit(turn, turn.stitcher.finish())
         self.outbox.append(
@@ -526,6 +536,7 @@ class Session:
         )
         self.stats.turns.append(outcome)
         self._turn, self._finished = None, turn
+        self._last_activity = now  # the idle clock starts when the turn ends
         self._close_if_drained()
 
     def _drop_queued(self, turn_id: str) -> None:
@@ -535,6 +546,7 @@ class Session:
             if isinstance(item, AudioFrame | SegmentStarted) and item.turn_id == turn_id:
                 if isinstance(item, AudioFrame):
                     self._outbox_samples -= item.samples
+                    self._outbox_frames -= 1
                 continue
             kept.append(item)
         self.outbox = kept

@@ -61,21 +61,27 @@ async def read_body(receive: Receive, limit: int) -> bytes | None:
             return bytes(body)
 
 
-async def speech(driver: SessionDriver, receive: Receive, send: Send, voice: str) -> None:
+async def speech(
+    driver: SessionDriver,
+    receive: Receive,
+    send: Send,
+    voice: str,
+    headers: list[tuple[bytes, bytes]],
+) -> None:
     """Serve one request; the session must allow a whole turn's text as backlog."""
     body = await read_body(receive, _MAX_BODY)
     if body is None:
-        await respond(send, 413, f"request body over {_MAX_BODY} bytes\n")
+        await refuse(send, 413, "request_too_large", f"body over {_MAX_BODY} bytes", headers)
         return
     try:
         request = SpeechRequest.model_validate(json.loads(body or b"null"))
     except (ValueError, ValidationError) as exc:
-        await respond(send, 400, _describe(exc), "application/json")
+        await refuse(send, 400, "invalid_request", _describe(exc), headers)
         return
     session, now = driver.session, driver.now()
     limit = session.config.max_turn_text_chars
     if len(request.input) > limit:
-        await respond(send, 413, f"input over {limit} characters\n")
+        await refuse(send, 413, "input_too_long", f"input over {limit} characters", headers)
         return
     for message in (
         SessionUpdate(speed=request.speed),
@@ -85,7 +91,7 @@ async def speech(driver: SessionDriver, receive: Receive, send: Send, voice: str
     ):
         session.handle(message, now)
     driver.sync()
-    streaming = asyncio.create_task(_stream(driver, request, send, voice))
+    streaming = asyncio.create_task(_stream(driver, request, send, voice, headers))
     disconnect = asyncio.create_task(_disconnected(receive))
     try:
         await asyncio.wait({streaming, disconnect}, return_when=asyncio.FIRST_COMPLETED)
@@ -97,31 +103,45 @@ async def speech(driver: SessionDriver, receive: Receive, send: Send, voice: str
         driver.close()
 
 
-async def _stream(driver: SessionDriver, request: SpeechRequest, send: Send, voice: str) -> None:
+async def _stream(
+    driver: SessionDriver,
+    request: SpeechRequest,
+    send: Send,
+    voice: str,
+    headers: list[tuple[bytes, bytes]],
+) -> None:
     rate = driver.session.sample_rate
     wav = request.response_format == "wav"
+    pcm_type = f"audio/pcm;rate={rate};channels=1;encoding=s16le"
     await send(
         {
             "type": "http.response.start",
             "status": 200,
             "headers": [
-                (b"content-type", b"audio/wav" if wav else f"audio/L16;rate={rate}".encode()),
+                (b"content-type", b"audio/wav" if wav else pcm_type.encode()),
                 (b"x-voicews-streamed", b"true"),
                 (b"x-voicews-sample-rate", str(rate).encode()),
                 (b"x-voicews-voice", voice.encode()),
+                (b"x-accel-buffering", b"no"),  # any nginx in front: pass chunks on at once
+                *headers,
             ],
         }
     )
     if wav:
         await send({"type": "http.response.body", "body": wav_header(rate), "more_body": True})
+    failed = False
     while (item := await driver.next_item()) is not None:
         if isinstance(item, AudioFrame):
             await send({"type": "http.response.body", "body": item.pcm, "more_body": True})
         elif isinstance(item, Error):
+            failed = True
             logs.event("error", session=driver.session.id, code=item.code, path="speech")
         elif isinstance(item, TurnDone):
             break
-    await send({"type": "http.response.body", "body": b"", "more_body": False})
+    if not failed:
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
+    # After a failure the body is left unterminated: the server closes the connection, so
+    # the client sees a truncated transfer instead of a complete-looking short answer.
 
 
 async def _disconnected(receive: Receive) -> None:
@@ -129,12 +149,18 @@ async def _disconnected(receive: Receive) -> None:
         pass
 
 
+async def refuse(
+    send: Send, status: int, code: str, message: str, headers: list[tuple[bytes, bytes]]
+) -> None:
+    """Errors in the shape OpenAI clients read: ``{"error": {"code", "message"}}``."""
+    body = json.dumps({"error": {"code": code, "message": message}}) + "\n"
+    await respond(send, status, body, "application/json", headers)
+
+
 def _describe(exc: Exception) -> str:
     if isinstance(exc, ValidationError):
-        details = [
-            {"field": ".".join(str(p) for p in e["loc"]), "error": e["msg"]}
+        return "; ".join(
+            f"{'.'.join(str(p) for p in e['loc']) or 'body'}: {e['msg']}"
             for e in exc.errors(include_url=False)
-        ]
-    else:
-        details = [{"field": "body", "error": f"not valid JSON: {exc}"}]
-    return json.dumps({"error": {"code": "invalid_request", "details": details}}) + "\n"
+        )
+    return f"body is not valid JSON: {exc}"
