@@ -81,6 +81,10 @@ class SessionUpdate(_Message):
 
     type: Literal["session_update"] = "session_update"
     speed: float | None = Field(default=None, ge=0.5, le=2.0)
+    chunk_frames: int | None = Field(default=None, ge=4, le=2000)
+    """Engines that decode in windows (mlx-piper): latent frames per window."""
+    overlap_frames: int | None = Field(default=None, ge=0, le=64)
+    """Engines that decode in windows: frames of context shared by adjacent windows."""
 
 
 class Ping(_Message):

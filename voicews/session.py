@@ -210,8 +210,8 @@ class Session:
                 case EndText():
                     self._end_text(now)
                 case SessionUpdate():
-                    if message.speed is not None:
-                        self._options = replace(self._options, speed=message.speed)
+                    changes = message.model_dump(exclude={"type"}, exclude_none=True)
+                    self._options = replace(self._options, **changes)
                 case Ping():
                     # In order with everything else: a pong also shows what is still queued.
                     self.outbox.append(Pong(id=message.id))

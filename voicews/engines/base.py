@@ -14,6 +14,10 @@ import numpy.typing as npt
 class SynthesisOptions:
     speed: float = 1.0
     """Speaking rate: 2.0 is twice as fast."""
+    chunk_frames: int | None = None
+    """For engines that decode in windows: latent frames per window (None: the engine's)."""
+    overlap_frames: int | None = None
+    """For engines that decode in windows: frames of context shared by adjacent windows."""
 
 
 class Engine(Protocol):
