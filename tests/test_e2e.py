@@ -78,7 +78,9 @@ async def test_barge_in_cuts_the_turn_at_once(client: RealtimeClient) -> None:
             received += item.samples
         elif isinstance(item, TurnDone):
             break
-    assert item == TurnDone(turn_id="long", samples=received, cancelled=True)
+    assert isinstance(item, TurnDone) and item.turn_id == "long" and item.cancelled
+    assert item.samples == received
+    assert item.heard_text and LONG.startswith(item.heard_text)
     assert received < 22050 * 30  # far less than the whole long text
     new = SpokenTurn("next", client.sample_rate)
     await client.text_delta("Okay, stopping.")
@@ -145,7 +147,7 @@ async def test_four_concurrent_sessions(server: VoicewsServer) -> None:
     for text, turn in zip(texts, turns, strict=True):
         assert_intact(turn)
         assert words(" ".join(s.text for s in turn.segments)) == words(text)
-        assert turn.end_text_at is not None and turn.frame_times[0] < turn.end_text_at
+        assert len(words(turn.segments[0].text)) <= 3  # speech began on the first words
 
 
 async def test_long_turn_does_not_starve_another_sessions_first_audio(

@@ -12,6 +12,7 @@ from voicews.protocol import (
     EndText,
     Error,
     Ping,
+    Playback,
     Pong,
     SegmentStarted,
     SessionUpdate,
@@ -110,6 +111,7 @@ def test_barge_in_drops_queued_audio_and_cancels_synthesis() -> None:
             turn_id="t1",
             samples=sum(i.samples for i in sent if isinstance(i, AudioFrame)),
             cancelled=True,
+            heard_text="One sentence",  # the eager first segment
         ),
         TurnStarted(turn_id="t2"),
     ]
@@ -117,6 +119,20 @@ def test_barge_in_drops_queued_audio_and_cancels_synthesis() -> None:
     assert drain(s, 0.3) == []
     s.handle(TextDelta(text="New turn. "), 0.3)
     assert one(s).turn_id == "t2"
+
+
+def test_cut_turn_reports_the_text_heard_by_the_clients_playback() -> None:
+    s = make()
+    s.handle(TurnReset(turn_id="t1"), 0.0)
+    s.handle(TextDelta(text="First part here. Second part follows. Third part. "), 0.0)
+    for _ in range(4):  # "First part" "here." "Second part follows." "Third part."
+        synthesize(s, one(s), 1.0, 0.1)
+        drain(s, 0.1)  # all four segments are sent, a second of audio each...
+    s.handle(Playback(turn_id="t1", samples_played=50_000), 0.5)  # ...2.3 s played
+    s.handle(TurnReset(turn_id="t2"), 0.5)
+    done = next(i for i in drain(s, 0.5) if isinstance(i, TurnDone))
+    assert done.heard_text == "First part here. Second part follows."
+    assert done.samples > 80_000
 
 
 def test_refusals_are_typed_and_change_nothing() -> None:
@@ -237,7 +253,7 @@ def test_turn_duration_limit_cuts_the_turn() -> None:
     assert s.take_cancellations() == [req.job_id]
     items = drain(s, 5.0)
     assert errors(items) == [ErrorCode.TURN_DURATION_EXCEEDED]
-    assert items[-1] == TurnDone(turn_id="t1", samples=0, cancelled=True)
+    assert items[-1] == TurnDone(turn_id="t1", samples=0, cancelled=True, heard_text="")
 
 
 def test_idle_session_is_closed_after_the_idle_timeout() -> None:

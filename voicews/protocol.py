@@ -87,6 +87,14 @@ class SessionUpdate(_Message):
     """Engines that decode in windows: frames of context shared by adjacent windows."""
 
 
+class Playback(_Message):
+    """Where the client's player is in a turn, so a cut turn can report what was heard."""
+
+    type: Literal["playback"] = "playback"
+    turn_id: TurnId
+    samples_played: int = Field(ge=0)
+
+
 class Ping(_Message):
     """Liveness and latency probe; answered with a ``pong`` carrying the same ``id``."""
 
@@ -95,9 +103,10 @@ class Ping(_Message):
 
 
 ClientMessage = Annotated[
-    TurnReset | TextDelta | EndText | SessionUpdate | Ping, Field(discriminator="type")
+    TurnReset | TextDelta | EndText | SessionUpdate | Playback | Ping,
+    Field(discriminator="type"),
 ]
-CLIENT_TYPES = ("turn_reset", "text_delta", "end_text", "session_update", "ping")
+CLIENT_TYPES = ("turn_reset", "text_delta", "end_text", "session_update", "playback", "ping")
 _client_adapter: TypeAdapter[ClientMessage] = TypeAdapter(ClientMessage)
 
 
@@ -153,12 +162,17 @@ class SegmentStarted(_Event):
 
 
 class TurnDone(_Event):
-    """Sent after the turn's last audio frame; ``samples`` is the audio sent for the turn."""
+    """Sent after the turn's last audio frame; ``samples`` is the audio sent for the turn.
+
+    A cancelled turn carries ``heard_text``: the text of the segments that had started
+    playing (by the client's last ``playback`` report, else by the audio sent).
+    """
 
     type: Literal["turn_done"] = "turn_done"
     turn_id: str
     samples: int
     cancelled: bool
+    heard_text: str | None = None
 
 
 class Error(_Event):

@@ -26,6 +26,7 @@ from .protocol import (
     Error,
     Limits,
     Ping,
+    Playback,
     Pong,
     SegmentStarted,
     SessionCreated,
@@ -134,6 +135,8 @@ class _Turn:
     seq: int = 0
     samples_queued: int = 0
     samples_sent: int = 0
+    samples_played: int | None = None  # as the client last reported
+    spoken: list[tuple[int, str]] = field(default_factory=list)  # (start_sample, text)
     play_end: float | None = None  # when a real-time listener runs out of audio
 
 
@@ -212,6 +215,8 @@ class Session:
                 case SessionUpdate():
                     changes = message.model_dump(exclude={"type"}, exclude_none=True)
                     self._options = replace(self._options, **changes)
+                case Playback():
+                    self._playback(message.turn_id, message.samples_played)
                 case Ping():
                     # In order with everything else: a pong also shows what is still queued.
                     self.outbox.append(Pong(id=message.id))
@@ -377,7 +382,15 @@ class Session:
         if turn.job is not None:
             self._cancellations.append(turn.job.job_id)
         self._drop_queued(turn.id)
-        self.outbox.append(TurnDone(turn_id=turn.id, samples=turn.samples_sent, cancelled=True))
+        heard = min(turn.samples_sent, turn.samples_played or turn.samples_sent)
+        self.outbox.append(
+            TurnDone(
+                turn_id=turn.id,
+                samples=turn.samples_sent,
+                cancelled=True,
+                heard_text=" ".join(text for start, text in turn.spoken if start < heard),
+            )
+        )
         self.stats.turns.append("cancelled")
         self._turn = None
         self._last_activity = now
@@ -410,6 +423,12 @@ class Session:
         turn.closed = True
         turn.segmenter.close()
         self._pump(now)
+
+    def _playback(self, turn_id: str, samples_played: int) -> None:
+        turn = self._turn
+        if turn is None or turn.id != turn_id:
+            return  # a report about a finished turn: nothing left to decide with it
+        turn.samples_played = max(turn.samples_played or 0, samples_played)
 
     def _open_turn(self, what: str) -> _Turn:
         turn = self._turn
@@ -519,6 +538,7 @@ class Session:
                     turn_id=turn.id, text=turn.segment.text, start_sample=turn.samples_queued
                 )
             )
+            turn.spoken.append((turn.samples_queued, turn.segment.text))
             turn.announced = True
         for pcm in frames(to_pcm16(audio), self._frame_samples):
             frame = AudioFrame(turn.id, turn.seq, turn.samples_queued, pcm)
