@@ -25,6 +25,7 @@ from .protocol import (
     EndText,
     Error,
     SegmentStarted,
+    Playback,
     ServerEvent,
     SessionCreated,
     SessionUpdate,
@@ -144,6 +145,10 @@ class RealtimeClient:
 
     async def session_update(self, speed: float | None = None) -> None:
         await self.ws.send(encode_event(SessionUpdate(speed=speed)))
+
+    async def playback(self, turn_id: str, samples_played: int) -> None:
+        """Tell the server how far the player got, so a cut turn reports what was heard."""
+        await self.ws.send(encode_event(Playback(turn_id=turn_id, samples_played=samples_played)))
 
     async def recv(self, timeout: float | None = None) -> Received:
         """The next frame or event; event types newer than this client are skipped."""
