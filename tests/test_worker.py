@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterator
 
 import numpy as np
@@ -11,7 +12,7 @@ import pytest
 
 from voicews.engines import engine_factory
 from voicews.engines.base import Engine, SynthesisOptions
-from voicews.worker import ComputeWorker, Job, JobAudio, JobDone, JobEvent, JobFailed
+from voicews.worker import ComputeWorker, Job, JobAudio, JobDone, JobEvent, JobFailed, JobText
 
 LONG = " ".join(f"Sentence {i} of a long answer, spoken in order." for i in range(8))
 
@@ -150,3 +151,26 @@ def test_engine_that_fails_to_load_is_reported() -> None:
     worker = ComputeWorker(engine_factory("piper", "/nonexistent/voice.onnx"))
     with pytest.raises(RuntimeError, match="engine failed to load"):
         worker.start()
+
+
+def test_generation_jobs_step_aside_for_segments_whose_deadline_comes_sooner(
+    worker: ComputeWorker,
+) -> None:
+    """A long text generation (as in agent mode) advances its deadline each step."""
+    rec = Recorder()
+
+    def words(engine: Engine) -> Iterator[str]:
+        for i in range(200):
+            time.sleep(0.002)  # a token's worth of compute
+            yield f" w{i}"
+
+    generation = rec.job("generation", "", first=False, deadline=0.0)
+    generation.work, generation.deadline_step = words, 0.01
+    worker.submit(generation)
+    while len(rec.events) < 5:
+        time.sleep(0.001)
+    worker.submit(rec.job("segment", "In time.", first=False, deadline=0.2))
+    rec.wait(2)
+    texts = [e.text for name, e in rec.events if isinstance(e, JobText)]
+    assert texts[:3] == [" w0", " w1", " w2"] and len(texts) == 200
+    assert rec.order(JobDone) == ["segment", "generation"]

@@ -33,6 +33,13 @@ class JobAudio:
 
 
 @dataclass(frozen=True, slots=True)
+class JobText:
+    """A text delta from a generation job (an LLM reply, in agent mode)."""
+
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
 class JobDone:
     pass
 
@@ -42,20 +49,26 @@ class JobFailed:
     message: str
 
 
-JobEvent = JobAudio | JobDone | JobFailed
+JobEvent = JobAudio | JobText | JobDone | JobFailed
+Work = Callable[[Engine], Iterator["npt.NDArray[np.float32] | str"]]
 
 
 @dataclass(eq=False)
 class Job:
-    """One segment to synthesize; ``on_event`` is called on the worker thread."""
+    """One segment to synthesize (or, with ``work``, any generator that must run on the
+    compute thread, such as LLM generation); ``on_event`` is called on the worker thread."""
 
     text: str
     options: SynthesisOptions
     first: bool
     deadline: float
     on_event: Callable[[JobEvent], None]
+    work: Work | None = None
+    deadline_step: float = 0.0
+    """Added to ``deadline`` after each step: a long generation yields to segments whose
+    listeners run dry sooner, instead of holding its place."""
     cancelled: bool = False
-    _chunks: Iterator[npt.NDArray[np.float32]] | None = field(default=None, repr=False)
+    _chunks: Iterator[npt.NDArray[np.float32] | str] | None = field(default=None, repr=False)
 
 
 @dataclass(slots=True)
@@ -146,6 +159,7 @@ class ComputeWorker:
                 continue
             started = time.perf_counter()
             if self._step(engine, job):
+                job.deadline += job.deadline_step
                 with self._cond:
                     self._push(job)
             ended = time.perf_counter()
@@ -155,8 +169,9 @@ class ComputeWorker:
         """Run one chunk of ``job``; True if it has more to do."""
         try:
             if job._chunks is None:
-                job._chunks = engine.synthesize(job.text, job.options)
-            audio = next(job._chunks, None)
+                work = job.work
+                job._chunks = work(engine) if work else engine.synthesize(job.text, job.options)
+            item = next(job._chunks, None)
         except Exception as exc:
             log.exception("synthesis failed for %r", job.text[:80])
             self.stats.jobs_failed += 1
@@ -165,11 +180,11 @@ class ComputeWorker:
         if job.cancelled:
             _close(job)
             return False
-        if audio is None:
+        if item is None:
             self.stats.jobs_done += 1
             job.on_event(JobDone())
             return False
-        job.on_event(JobAudio(audio))
+        job.on_event(JobText(item) if isinstance(item, str) else JobAudio(item))
         return True
 
 
