@@ -27,7 +27,7 @@ class Recorder:
         def on_event(event: JobEvent) -> None:
             with self._lock:
                 self.events.append((name, event))
-            if not isinstance(event, JobAudio):
+            if isinstance(event, JobDone | JobFailed):
                 self.finished.release()
 
         return Job(text, SynthesisOptions(), first, deadline, on_event)
