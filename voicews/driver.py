@@ -11,8 +11,14 @@ import contextlib
 from collections.abc import Callable
 from functools import partial
 
-from .session import Outgoing, Session
-from .worker import ComputeWorker, Job, JobAudio, JobDone, JobEvent, JobFailed
+from .agent import AgentBackend
+from .engines.base import SynthesisOptions
+from .session import GenerationRequest, Outgoing, Session
+from .worker import ComputeWorker, Job, JobAudio, JobDone, JobEvent, JobFailed, JobText
+
+# Agent mode: each generated token pushes the generation's deadline back by this much, so
+# segments whose listeners run dry sooner go first ("a few tokens, then let speech run").
+TOKEN_DEADLINE_STEP = 0.02
 
 # A client that keeps sending without reading piles up error events; past this many unsent
 # events the connection stops reading its frames (TCP pushes back) until it reads again.
@@ -25,8 +31,10 @@ class SessionDriver:
         session: Session,
         worker: ComputeWorker,
         observe: Callable[[Session], None] = lambda _: None,
+        agent: AgentBackend | None = None,
     ) -> None:
         self.session = session
+        self._agent = agent
         self._worker = worker
         self._observe = observe
         self._loop = asyncio.get_running_loop()
@@ -63,13 +71,26 @@ class SessionDriver:
         else:
             self._room.clear()
         for request in session.take_submissions():
-            job = Job(
-                text=request.text,
-                options=request.options,
-                first=request.first,
-                deadline=request.deadline,
-                on_event=partial(self._from_worker, request.job_id),
-            )
+            on_event = partial(self._from_worker, request.job_id)
+            if isinstance(request, GenerationRequest):
+                assert self._agent is not None, "agent mode without an agent backend"
+                job = Job(
+                    text="",
+                    options=SynthesisOptions(),
+                    first=False,
+                    deadline=self.now(),
+                    on_event=on_event,
+                    work=self._agent.work(request.messages, request.max_tokens),
+                    deadline_step=TOKEN_DEADLINE_STEP,
+                )
+            else:
+                job = Job(
+                    text=request.text,
+                    options=request.options,
+                    first=request.first,
+                    deadline=request.deadline,
+                    on_event=on_event,
+                )
             self._jobs[request.job_id] = job
             self._worker.submit(job)
         for job_id in session.take_cancellations():
@@ -109,6 +130,8 @@ class SessionDriver:
         match event:
             case JobAudio(audio=audio):
                 session.on_audio(job_id, audio, now)
+            case JobText(text=text):
+                session.on_text(job_id, text, now)
             case JobDone():
                 self._jobs.pop(job_id, None)
                 session.on_done(job_id, now)

@@ -87,6 +87,15 @@ class SessionUpdate(_Message):
     """Engines that decode in windows: frames of context shared by adjacent windows."""
 
 
+class UserMessage(_Message):
+    """Agent mode: the user's words; the server generates the reply and speaks it as a turn
+    (a barge-in on any turn still speaking)."""
+
+    type: Literal["user_message"] = "user_message"
+    text: str = Field(min_length=1)
+    turn_id: TurnId | None = None
+
+
 class Playback(_Message):
     """Where the client's player is in a turn, so a cut turn can report what was heard."""
 
@@ -103,10 +112,12 @@ class Ping(_Message):
 
 
 ClientMessage = Annotated[
-    TurnReset | TextDelta | EndText | SessionUpdate | Playback | Ping,
+    TurnReset | TextDelta | EndText | SessionUpdate | UserMessage | Playback | Ping,
     Field(discriminator="type"),
 ]
-CLIENT_TYPES = ("turn_reset", "text_delta", "end_text", "session_update", "playback", "ping")
+CLIENT_TYPES = (
+    "turn_reset", "text_delta", "end_text", "session_update", "user_message", "playback", "ping",
+)  # fmt: skip
 _client_adapter: TypeAdapter[ClientMessage] = TypeAdapter(ClientMessage)
 
 
@@ -147,6 +158,14 @@ class TurnStarted(_Event):
     turn_id: str
 
 
+class ReplyDelta(_Event):
+    """Agent mode: the reply's text as the language model generates it (before it is heard)."""
+
+    type: Literal["reply_delta"] = "reply_delta"
+    turn_id: str
+    text: str
+
+
 class Pong(_Event):
     type: Literal["pong"] = "pong"
     id: str | None = None
@@ -185,10 +204,12 @@ class Error(_Event):
 
 
 ServerEvent = Annotated[
-    SessionCreated | TurnStarted | SegmentStarted | TurnDone | Error | Pong,
+    SessionCreated | TurnStarted | ReplyDelta | SegmentStarted | TurnDone | Error | Pong,
     Field(discriminator="type"),
 ]
-SERVER_TYPES = ("session_created", "turn_started", "segment", "turn_done", "error", "pong")
+SERVER_TYPES = (
+    "session_created", "turn_started", "reply_delta", "segment", "turn_done", "error", "pong",
+)  # fmt: skip
 _server_adapter: TypeAdapter[ServerEvent] = TypeAdapter(ServerEvent)
 
 

@@ -11,16 +11,17 @@ import asyncio
 import contextlib
 import socket
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import uvicorn
 
 from . import logs
 from .access import AccessPolicy
+from .agent import AgentBackend
 from .app import AppConfig, VoicewsApp
 from .engines import engine_factory
 from .protocol import REALTIME_PATH
-from .session import SessionConfig
+from .session import AgentConfig, SessionConfig
 from .worker import ComputeWorker
 
 
@@ -41,6 +42,9 @@ class ServerConfig:
     """On shutdown, how long live turns may take to finish."""
     session: SessionConfig = field(default_factory=SessionConfig)
     access: AccessPolicy = field(default_factory=AccessPolicy)
+    agent_model: str | None = None
+    """Agent mode: an mlx-lm model directory, repo id or ``.gguf`` that writes the replies to
+    ``user_message``; it shares the compute worker (and the GPU) with speech."""
 
 
 class _Embedded(uvicorn.Server):
@@ -64,13 +68,20 @@ class VoicewsServer:
         logs.redact_server_logs()
         await asyncio.to_thread(self.worker.start)
         voice = self.config.voice or "en_US-joe-medium"
+        session = self.config.session
+        agent = None
+        if self.config.agent_model is not None:
+            agent = AgentBackend(self.config.agent_model)
+            await asyncio.to_thread(agent.preload, self.worker)
+            session = replace(session, agent=session.agent or AgentConfig())
         self.app = VoicewsApp(
             AppConfig(
-                session=self.config.session,
+                session=session,
                 access=self.config.access,
                 voice_name=voice.rpartition("/")[2].removesuffix(".onnx"),
             ),
             self.worker,
+            agent,
         )
         self._socket = self._listen()
         config = uvicorn.Config(

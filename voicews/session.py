@@ -28,6 +28,7 @@ from .protocol import (
     Ping,
     Playback,
     Pong,
+    ReplyDelta,
     SegmentStarted,
     SessionCreated,
     SessionUpdate,
@@ -35,15 +36,37 @@ from .protocol import (
     TurnDone,
     TurnReset,
     TurnStarted,
+    UserMessage,
 )
 from .segmenter import Segment, Segmenter, SegmenterConfig, Urgency
 
-Outgoing = SessionCreated | TurnStarted | SegmentStarted | TurnDone | Error | Pong | AudioFrame
+Outgoing = (
+    SessionCreated
+    | TurnStarted
+    | ReplyDelta
+    | SegmentStarted
+    | TurnDone
+    | Error
+    | Pong
+    | AudioFrame
+)
 # Seconds from submitting a segment to its first audio, per character of its text (the
 # engine may compute the whole segment first), until measured; short texts count as 20.
 _INITIAL_LATENCY_PER_CHAR = 0.1 / 20
 _MIN_CHARS = 20
 _STALL_TOLERANCE = 0.02  # a frame this late after the listener ran dry counts as a stall
+
+
+@dataclass(frozen=True, slots=True)
+class AgentConfig:
+    """Agent mode: the server generates replies to ``user_message`` with a language model."""
+
+    max_tokens: int = 200
+    history_messages: int = 20
+    """Messages of conversation kept per session (the system prompt aside)."""
+    system_prompt: str = (
+        "You are a helpful voice assistant. Answer briefly, in plain spoken sentences."
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,6 +92,7 @@ class SessionConfig:
     """A turn still live this long after its ``turn_reset`` is cut."""
     segmenter: SegmenterConfig = field(default_factory=SegmenterConfig)
     stitch: StitchConfig = field(default_factory=StitchConfig)
+    agent: AgentConfig | None = None
 
     def limits(self) -> Limits:
         return Limits(
@@ -117,6 +141,19 @@ class SynthesisRequest:
     submitted_at: float
 
 
+@dataclass(frozen=True, slots=True)
+class GenerationRequest:
+    """Agent mode: generate the reply to ``messages`` on the compute worker."""
+
+    job_id: int
+    turn_id: str
+    messages: tuple[dict[str, str], ...]
+    max_tokens: int
+
+
+Request = SynthesisRequest | GenerationRequest
+
+
 @dataclass
 class _Turn:
     id: str
@@ -138,6 +175,8 @@ class _Turn:
     samples_played: int | None = None  # as the client last reported
     spoken: list[tuple[int, str]] = field(default_factory=list)  # (start_sample, text)
     play_end: float | None = None  # when a real-time listener runs out of audio
+    generation: GenerationRequest | None = None  # agent mode: the reply being generated
+    reply: list[str] | None = None  # agent mode: the reply's text so far
 
 
 class Session:
@@ -155,7 +194,9 @@ class Session:
         self._last_turn_id: str | None = None
         self._job_ids = itertools.count(1)
         self._latency_per_char = _INITIAL_LATENCY_PER_CHAR
-        self._submissions: list[SynthesisRequest] = []
+        self._submissions: list[Request] = []
+        self._history: list[dict[str, str]] = []
+        self._reply_ids = itertools.count(1)
         self._cancellations: list[int] = []
         self._bucket = float(config.max_messages_per_second)
         self._bucket_at: float | None = None
@@ -215,6 +256,8 @@ class Session:
                 case SessionUpdate():
                     changes = message.model_dump(exclude={"type"}, exclude_none=True)
                     self._options = replace(self._options, **changes)
+                case UserMessage():
+                    self._user_message(message.text, message.turn_id, now)
                 case Playback():
                     self._playback(message.turn_id, message.samples_played)
                 case Ping():
@@ -236,7 +279,24 @@ class Session:
             self._observe_latency(now - turn.job.submitted_at, len(turn.job.text))
         self._emit(turn, turn.stitcher.push(audio))
 
+    def on_text(self, job_id: int, text: str, now: float) -> None:
+        """Agent mode: a delta of the reply being generated; it is spoken like client text."""
+        turn = self._generating(job_id)
+        if turn is None or turn.reply is None:
+            return
+        turn.reply.append(text)
+        self.outbox.append(ReplyDelta(turn_id=turn.id, text=text))
+        turn.segmenter.feed(text)
+        turn.text_chars += len(text)
+        turn.last_delta = now
+        if turn.first_delta is None and text.strip():
+            turn.first_delta = now
+        self._pump(now)
+
     def on_done(self, job_id: int, now: float) -> None:
+        if (generating := self._generating(job_id)) is not None:
+            self._reply_complete(generating, now)
+            return
         turn = self._job_turn(job_id)
         if turn is None or turn.segment is None:
             return
@@ -245,6 +305,16 @@ class Session:
         self._pump(now)
 
     def on_failed(self, job_id: int, message: str, now: float) -> None:
+        if (generating := self._generating(job_id)) is not None:
+            self.report(
+                VoicewsError(
+                    ErrorCode.GENERATION_FAILED,
+                    f"reply generation failed: {message}",
+                    generating.id,
+                )
+            )
+            self._reply_complete(generating, now)
+            return
         turn = self._job_turn(job_id)
         if turn is None:
             return
@@ -282,8 +352,8 @@ class Session:
 
     def close(self) -> None:
         """The connection is gone: cancel synthesis and drop everything queued."""
-        if self._turn is not None and self._turn.job is not None:
-            self._cancellations.append(self._turn.job.job_id)
+        if self._turn is not None:
+            self._cancel_jobs(self._turn)
         self._turn = None
         self.outbox.clear()
         self._outbox_samples = self._outbox_frames = 0
@@ -313,7 +383,7 @@ class Session:
             self._pump(now)
         return item
 
-    def take_submissions(self) -> list[SynthesisRequest]:
+    def take_submissions(self) -> list[Request]:
         out, self._submissions = self._submissions, []
         return out
 
@@ -379,21 +449,72 @@ class Session:
 
     def _cut(self, turn: _Turn, now: float) -> None:
         """End a live turn at once: drop its queued audio, cancel its synthesis."""
-        if turn.job is not None:
-            self._cancellations.append(turn.job.job_id)
+        self._cancel_jobs(turn)
         self._drop_queued(turn.id)
         heard = min(turn.samples_sent, turn.samples_played or turn.samples_sent)
+        heard_text = " ".join(text for start, text in turn.spoken if start < heard)
+        if turn.reply is not None and heard_text:
+            self._remember("assistant", heard_text)  # what the user heard, not what was planned
         self.outbox.append(
             TurnDone(
-                turn_id=turn.id,
-                samples=turn.samples_sent,
-                cancelled=True,
-                heard_text=" ".join(text for start, text in turn.spoken if start < heard),
+                turn_id=turn.id, samples=turn.samples_sent, cancelled=True, heard_text=heard_text
             )
         )
         self.stats.turns.append("cancelled")
         self._turn = None
         self._last_activity = now
+
+    def _cancel_jobs(self, turn: _Turn) -> None:
+        for request in (turn.job, turn.generation):
+            if request is not None:
+                self._cancellations.append(request.job_id)
+
+    def _user_message(self, text: str, turn_id: str | None, now: float) -> None:
+        agent = self.config.agent
+        if agent is None:
+            raise VoicewsError(
+                ErrorCode.AGENT_UNAVAILABLE,
+                "user_message needs a server started with --agent-model; send text_delta",
+            )
+        self._turn_reset(turn_id or f"reply-{next(self._reply_ids)}", now)
+        turn = self._turn
+        assert turn is not None
+        self._remember("user", text)
+        request = GenerationRequest(
+            job_id=next(self._job_ids),
+            turn_id=turn.id,
+            messages=({"role": "system", "content": agent.system_prompt}, *self._history),
+            max_tokens=agent.max_tokens,
+        )
+        turn.generation, turn.reply = request, []
+        self._submissions.append(request)
+
+    def _remember(self, role: str, content: str) -> None:
+        """Bounded history that starts with a user message, as chat templates expect."""
+        assert self.config.agent is not None
+        self._history.append({"role": role, "content": content})
+        del self._history[: max(0, len(self._history) - self.config.agent.history_messages)]
+        while self._history and self._history[0]["role"] != "user":
+            del self._history[0]
+
+    def _generating(self, job_id: int) -> _Turn | None:
+        turn = self._turn
+        if turn is None or turn.generation is None or turn.generation.job_id != job_id:
+            return None
+        return turn
+
+    def _reply_complete(self, turn: _Turn, now: float) -> None:
+        """The reply is fully generated: remember it, and let the turn drain as after end_text."""
+        turn.generation = None
+        if turn.reply:
+            self._remember("assistant", "".join(turn.reply).strip())
+        turn.closed = True
+        turn.segmenter.close()
+        self._pump(now)
+
+    @property
+    def history(self) -> list[dict[str, str]]:
+        return list(self._history)
 
     def _text_delta(self, text: str, now: float) -> None:
         turn = self._open_turn("text_delta")
@@ -441,11 +562,10 @@ class Session:
             raise VoicewsError(
                 ErrorCode.NO_ACTIVE_TURN, f"{what} refused: {hint}; send turn_reset first"
             )
-        if turn.closed:
+        if turn.closed or turn.reply is not None:
+            why = "it is a generated reply" if turn.reply is not None else "end_text was sent"
             raise VoicewsError(
-                ErrorCode.TURN_CLOSED,
-                f"{what} refused: end_text was already sent for turn {turn.id!r}",
-                turn.id,
+                ErrorCode.TURN_CLOSED, f"{what} refused for turn {turn.id!r}: {why}", turn.id
             )
         return turn
 

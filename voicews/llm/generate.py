@@ -1,0 +1,180 @@
+"""Stream a chat reply as text deltas, stoppable between any two tokens.
+
+A voice agent forwards each delta to voicews the moment it exists, and must stop generating
+the moment the user barges in; ``stream_reply`` checks ``stop()`` after every token. A
+:class:`PromptCache` keeps the KV cache across turns, so each turn prefills only what is new:
+on a CPU, prefill runs at about the generation rate, and re-reading a long history every turn
+would delay the first word by seconds.
+
+Call everything here on the one thread that owns the model (MLX streams are bound to it).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from mlx.nn.layers.base import Module
+
+Message = dict[str, str]
+"""A chat message as chat templates take it: ``{"role": ..., "content": ...}``."""
+
+
+def _never() -> bool:
+    return False
+
+
+@dataclass
+class ReplyStats:
+    """Filled in by :func:`stream_reply`, for logs, benchmarks and tests."""
+
+    prompt_tokens: int = 0
+    cached_tokens: int = 0
+    tokens: int = 0
+    stopped: bool = False
+    finish_reason: str | None = None
+    prompt_tps: float = 0.0
+    generation_tps: float = 0.0
+
+
+@dataclass
+class PromptCache:
+    """A KV cache and the token ids it holds, reused while the new prompt shares its prefix.
+
+    After a barge-in the history keeps only the heard part of a reply, so the cache is
+    trimmed back to where the new prompt departs from what it holds.
+    """
+
+    cache: list[Any] | None = None
+    tokens: list[int] = field(default_factory=list)
+
+    def prepare(self, model: Module, prompt: Sequence[int]) -> tuple[list[int], list[Any]]:
+        """The part of ``prompt`` still to feed, and the cache holding the rest."""
+        from mlx_lm.models.cache import (
+            can_trim_prompt_cache,
+            make_prompt_cache,
+            trim_prompt_cache,
+        )
+
+        if self.cache is None:
+            self.cache, self.tokens = make_prompt_cache(model), []
+        common = 0
+        for held, new in zip(self.tokens, prompt, strict=False):
+            if held != new:
+                break
+            common += 1
+        common = min(common, len(prompt) - 1)  # at least one token must be fed
+        excess = len(self.tokens) - common
+        if excess > 0:
+            if can_trim_prompt_cache(self.cache):
+                trim_prompt_cache(self.cache, excess)
+            else:
+                self.cache, common = make_prompt_cache(model), 0
+        self.tokens = list(prompt[:common])
+        return list(prompt[common:]), self.cache
+
+    def record(self, fed: Sequence[int]) -> None:
+        """After generation: the cache now holds ``fed`` (prompt then tokens), up to its size."""
+        assert self.cache is not None
+        held = int(getattr(self.cache[0], "offset", len(fed)))
+        if held > len(fed):  # fed tokens we never saw: drop them rather than guess
+            from mlx_lm.models.cache import trim_prompt_cache
+
+            trim_prompt_cache(self.cache, held - len(fed))
+            held = len(fed)
+        self.tokens = list(fed[:held])
+
+
+def stream_reply(
+    model: Module,
+    tokenizer: Any,
+    history: Sequence[Message],
+    max_tokens: int = 256,
+    stop: Callable[[], bool] = _never,
+    *,
+    temperature: float = 0.0,
+    top_p: float = 1.0,
+    cache: PromptCache | None = None,
+    stats: ReplyStats | None = None,
+) -> Iterator[str]:
+    """Text deltas of the assistant's reply to ``history``, as ``mlx_lm.stream_generate`` makes
+    them; ``stop()`` is checked before the first token and after each one, so once it is true
+    no further delta is yielded and at most the one token already in flight is computed.
+    """
+    from mlx_lm import stream_generate
+    from mlx_lm.sample_utils import make_sampler
+
+    stats = stats if stats is not None else ReplyStats()
+    prompt = _token_ids(tokenizer.apply_chat_template(list(history), add_generation_prompt=True))
+    stats.prompt_tokens = len(prompt)
+    if stop():
+        stats.stopped = True
+        return
+    feed: list[int] = prompt
+    kv: list[Any] | None = None
+    if cache is not None:
+        feed, kv = cache.prepare(model, prompt)
+        stats.cached_tokens = len(prompt) - len(feed)
+    generated: list[int] = []
+    try:
+        for response in stream_generate(
+            model,
+            tokenizer,
+            feed,
+            max_tokens=max_tokens,
+            sampler=make_sampler(temp=temperature, top_p=top_p),
+            prompt_cache=kv,
+        ):
+            generated.append(int(response.token))
+            stats.tokens = int(response.generation_tokens)
+            stats.prompt_tps = float(response.prompt_tps)
+            stats.generation_tps = float(response.generation_tps)
+            stats.finish_reason = response.finish_reason
+            if response.text:
+                yield response.text
+            if stop():
+                stats.stopped = True
+                break
+    finally:
+        if cache is not None:
+            cache.record(prompt + generated)
+
+
+def _token_ids(encoded: Any) -> list[int]:
+    """Token ids from ``apply_chat_template``, whichever shape this transformers returns."""
+    if hasattr(encoded, "keys") and "input_ids" in encoded:
+        encoded = encoded["input_ids"]
+    return [int(t) for t in encoded]
+
+
+def truncate_history(
+    messages: Sequence[Message],
+    max_messages: int | None = None,
+    max_chars: int | None = None,
+) -> list[Message]:
+    """The leading system messages and the newest messages within both bounds.
+
+    Bounds count the messages after the system ones. The kept part starts at a user message
+    (templates expect user first) and always includes the last message, so the new user turn
+    is never dropped even when it alone exceeds ``max_chars``.
+    """
+    head = 0
+    while head < len(messages) and messages[head]["role"] == "system":
+        head += 1
+    system, rest = list(messages[:head]), list(messages[head:])
+    kept: list[Message] = []
+    chars = 0
+    for message in reversed(rest):
+        size = len(message["content"])
+        full = max_messages is not None and len(kept) >= max_messages
+        too_long = max_chars is not None and chars + size > max_chars
+        if kept and (full or too_long):
+            break
+        kept.append(message)
+        chars += size
+    kept.reverse()
+    while len(kept) > 1 and kept[0]["role"] != "user":
+        kept.pop(0)
+    return system + kept
