@@ -1,0 +1,129 @@
+"""Agent mode on a real server: a tiny local mlx-lm model writes the replies it speaks."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("mlx.core")
+pytest.importorskip("mlx_lm")
+
+from conftest import TEST_CONFIG, running, timeout
+from voicews.client import RealtimeClient
+from voicews.errors import ErrorCode
+from voicews.llm.tiny import build_tiny_model
+from voicews.protocol import (
+    AudioFrame,
+    Error,
+    ReplyDelta,
+    SegmentStarted,
+    TurnDone,
+    TurnStarted,
+    UserMessage,
+)
+from voicews.server import VoicewsServer
+
+
+@pytest.fixture(scope="module")
+def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return build_tiny_model(tmp_path_factory.mktemp("llm") / "tiny")
+
+
+@pytest.fixture(scope="module")
+async def agent_server(tiny_model: Path) -> AsyncIterator[VoicewsServer]:
+    async with running(replace(TEST_CONFIG, agent_model=str(tiny_model))) as srv:
+        yield srv
+
+
+async def send(client: RealtimeClient, message: UserMessage) -> None:
+    await client.ws.send(message.model_dump_json(exclude_none=True))
+
+
+async def test_reply_is_generated_streamed_and_spoken(agent_server: VoicewsServer) -> None:
+    async with await RealtimeClient.connect(agent_server.url) as c:
+        await send(c, UserMessage(text="hello there", turn_id="r1"))
+        deltas, segments, samples = [], [], 0
+        while True:
+            item = await c.recv(timeout(60))
+            if isinstance(item, ReplyDelta):
+                assert not samples or deltas, "deltas precede the speech of their text"
+                deltas.append(item.text)
+            elif isinstance(item, SegmentStarted):
+                segments.append(item.text)
+            elif isinstance(item, AudioFrame):
+                samples += item.samples
+            elif isinstance(item, TurnDone):
+                break
+            else:
+                assert isinstance(item, TurnStarted), item
+        assert item.turn_id == "r1" and not item.cancelled and item.samples == samples > 0
+        assert " ".join(segments).split() == "".join(deltas).split()  # the reply, all spoken
+        assert agent_server.app is not None
+        history = agent_server.app.sessions[c.created.session_id].history
+        assert history[0] == {"role": "user", "content": "hello there"}
+        assert history[1]["role"] == "assistant" and history[1]["content"].split() == (
+            "".join(deltas).split()
+        )
+
+
+async def test_barge_in_stops_generation_and_keeps_the_heard_part(
+    agent_server: VoicewsServer,
+) -> None:
+    async with await RealtimeClient.connect(agent_server.url) as c:
+        await send(c, UserMessage(text="tell me a long story", turn_id="long"))
+        deltas_before = 0
+        while True:  # wait for the reply's first audio
+            item = await c.recv(timeout(60))
+            deltas_before += isinstance(item, ReplyDelta)
+            if isinstance(item, AudioFrame):
+                break
+        await c.playback("long", 1)  # the listener heard the very start
+        await send(c, UserMessage(text="stop", turn_id="next"))
+        late_deltas = 0
+        done = None
+        while done is None:
+            item = await c.recv(timeout(30))
+            if isinstance(item, ReplyDelta) and item.turn_id == "long":
+                late_deltas += 1
+            if isinstance(item, TurnDone) and item.turn_id == "long":
+                done = item
+        assert done.cancelled and done.heard_text
+        assert late_deltas <= 8  # only what was already on its way; generation stopped
+        session = agent_server.app.sessions[c.created.session_id]  # type: ignore[union-attr]
+        history = session.history
+        assert history[:2] == [
+            {"role": "user", "content": "tell me a long story"},
+            {"role": "assistant", "content": done.heard_text},
+        ]
+        while not (isinstance(item, TurnDone) and item.turn_id == "next"):
+            item = await c.recv(timeout(60))
+
+
+async def test_user_message_errors(agent_server: VoicewsServer, server: VoicewsServer) -> None:
+    async with await RealtimeClient.connect(agent_server.url) as c:
+        await c.ws.send('{"type": "user_message", "text": ""}')
+        bad = await c.recv(timeout(5))
+        assert isinstance(bad, Error) and bad.code == ErrorCode.INVALID_MESSAGE
+    async with await RealtimeClient.connect(server.url) as c:  # no --agent-model
+        await c.ws.send('{"type": "user_message", "text": "hi"}')
+        refused = await c.recv(timeout(5))
+        assert isinstance(refused, Error) and refused.code == ErrorCode.AGENT_UNAVAILABLE
+
+
+async def test_generation_interleaves_with_other_sessions_speech(
+    agent_server: VoicewsServer,
+) -> None:
+    async with (
+        await RealtimeClient.connect(agent_server.url) as agent,
+        await RealtimeClient.connect(agent_server.url) as other,
+    ):
+        await send(agent, UserMessage(text="tell me everything", turn_id="a"))
+        spoken = await asyncio.wait_for(other.speak("Hi, I am not starved."), timeout(60))
+        assert spoken.done is not None and spoken.first_audio is not None
+        while not isinstance(item := await agent.recv(timeout(60)), TurnDone):
+            pass
+        assert item.turn_id == "a"
