@@ -29,6 +29,15 @@ POLICY = AccessPolicy(tokens=frozenset({SECRET}), allowed_origins=frozenset({"ht
         ({}, b"token=wrong", 401),
         ({"origin": "https://evil.test", "authorization": f"Bearer {SECRET}"}, b"", 403),
         ({"origin": "https://app.test", "authorization": f"Bearer {SECRET}"}, b"", None),
+        (  # the bundled page, served by this server itself
+            {
+                "origin": "http://tts.local:8765",
+                "host": "tts.local:8765",
+                "authorization": f"Bearer {SECRET}",
+            },
+            b"",
+            None,
+        ),
     ],
 )
 def test_check(headers: dict[str, str], query: bytes, status: int | None) -> None:

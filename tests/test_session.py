@@ -9,6 +9,7 @@ import numpy as np
 from voicews.errors import ErrorCode
 from voicews.protocol import (
     AudioFrame,
+    Cancel,
     EndText,
     Error,
     Ping,
@@ -133,6 +134,20 @@ def test_cut_turn_reports_the_text_heard_by_the_clients_playback() -> None:
     done = next(i for i in drain(s, 0.5) if isinstance(i, TurnDone))
     assert done.heard_text == "First part here. Second part follows."
     assert done.samples > 80_000
+
+
+def test_cancel_cuts_the_turn_without_starting_another() -> None:
+    s = make()
+    s.handle(Cancel(), 0.0)
+    assert errors(drain(s)) == [ErrorCode.NO_ACTIVE_TURN]
+    s.handle(TurnReset(turn_id="t1"), 0.0)
+    s.handle(TextDelta(text="Hello there, friend."), 0.0)
+    req = one(s)
+    s.handle(Cancel(), 0.1)
+    assert s.take_cancellations() == [req.job_id]
+    assert drain(s)[-1] == TurnDone(turn_id="t1", samples=0, cancelled=True, heard_text="")
+    s.handle(TextDelta(text="more"), 0.2)
+    assert errors(drain(s)) == [ErrorCode.NO_ACTIVE_TURN]
 
 
 def test_refusals_are_typed_and_change_nothing() -> None:

@@ -10,7 +10,7 @@ import hmac
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from urllib.parse import parse_qs
+from urllib.parse import parse_qs, urlsplit
 
 TOKENS_ENV = "VOICEWS_TOKENS"
 
@@ -21,7 +21,8 @@ class AccessPolicy:
     """Accepted bearer tokens; empty means no authentication."""
     allowed_origins: frozenset[str] = frozenset()
     """Accepted ``Origin`` headers (exact, e.g. ``https://app.example``); empty allows any.
-    Requests without an Origin (non-browser clients) are not affected."""
+    The server's own origin (the bundled web page) and requests without an Origin
+    (non-browser clients) are always allowed."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,7 +42,12 @@ def load_tokens(token_file: str | None = None) -> frozenset[str]:
 def check(policy: AccessPolicy, headers: dict[str, str], query: bytes) -> Refusal | None:
     """None if the request may proceed, else the HTTP refusal (no secret in the reason)."""
     origin = headers.get("origin")
-    if policy.allowed_origins and origin is not None and origin not in policy.allowed_origins:
+    if (
+        policy.allowed_origins
+        and origin is not None
+        and origin not in policy.allowed_origins
+        and urlsplit(origin).netloc != headers.get("host")
+    ):
         return Refusal(403, "origin not allowed")
     if not policy.tokens:
         return None

@@ -22,10 +22,11 @@ from websockets.asyncio.client import ClientConnection, connect
 
 from .protocol import (
     AudioFrame,
+    Cancel,
     EndText,
     Error,
-    SegmentStarted,
     Playback,
+    SegmentStarted,
     ServerEvent,
     SessionCreated,
     SessionUpdate,
@@ -142,6 +143,10 @@ class RealtimeClient:
 
     async def end_text(self) -> None:
         await self.ws.send(encode_event(EndText()))
+
+    async def cancel(self) -> None:
+        """Stop the live turn now; its turn_done (cancelled) says what was heard."""
+        await self.ws.send(encode_event(Cancel()))
 
     async def session_update(self, speed: float | None = None) -> None:
         await self.ws.send(encode_event(SessionUpdate(speed=speed)))

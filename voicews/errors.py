@@ -25,7 +25,7 @@ class ErrorCode(StrEnum):
     MESSAGE_TOO_LARGE = "message_too_large"
     """A frame over ``limits.max_message_bytes``."""
     NO_ACTIVE_TURN = "no_active_turn"
-    """``text_delta`` or ``end_text`` before any ``turn_reset``, or after the turn was done."""
+    """``text_delta``, ``end_text`` or ``cancel`` with no live turn."""
     TURN_CLOSED = "turn_closed"
     """``text_delta`` or ``end_text`` after the turn's ``end_text``."""
     DUPLICATE_TURN_ID = "duplicate_turn_id"

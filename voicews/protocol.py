@@ -87,6 +87,12 @@ class SessionUpdate(_Message):
     """Engines that decode in windows: frames of context shared by adjacent windows."""
 
 
+class Cancel(_Message):
+    """Stop the live turn at once (as a barge-in does) without starting another."""
+
+    type: Literal["cancel"] = "cancel"
+
+
 class UserMessage(_Message):
     """Agent mode: the user's words; the server generates the reply and speaks it as a turn
     (a barge-in on any turn still speaking)."""
@@ -112,11 +118,12 @@ class Ping(_Message):
 
 
 ClientMessage = Annotated[
-    TurnReset | TextDelta | EndText | SessionUpdate | UserMessage | Playback | Ping,
+    TurnReset | TextDelta | EndText | Cancel | SessionUpdate | UserMessage | Playback | Ping,
     Field(discriminator="type"),
 ]
 CLIENT_TYPES = (
-    "turn_reset", "text_delta", "end_text", "session_update", "user_message", "playback", "ping",
+    "turn_reset", "text_delta", "end_text", "cancel", "session_update", "user_message",
+    "playback", "ping",
 )  # fmt: skip
 _client_adapter: TypeAdapter[ClientMessage] = TypeAdapter(ClientMessage)
 

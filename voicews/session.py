@@ -21,6 +21,7 @@ from .errors import ErrorCode, VoicewsError
 from .protocol import (
     AudioFormat,
     AudioFrame,
+    Cancel,
     ClientMessage,
     EndText,
     Error,
@@ -253,6 +254,10 @@ class Session:
                     self._text_delta(message.text, now)
                 case EndText():
                     self._end_text(now)
+                case Cancel():
+                    if self._turn is None:
+                        raise VoicewsError(ErrorCode.NO_ACTIVE_TURN, "cancel: no live turn")
+                    self._cut(self._turn, now)
                 case SessionUpdate():
                     changes = message.model_dump(exclude={"type"}, exclude_none=True)
                     self._options = replace(self._options, **changes)

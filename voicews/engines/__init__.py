@@ -7,6 +7,7 @@ from collections.abc import Callable
 from .base import Engine, SynthesisOptions
 
 ENGINES: dict[str, str] = {"piper": "voicews.engines.piper:PiperEngine"}
+ENGINES["mlx-piper"] = "voicews.engines.mlx_piper:MlxPiperEngine"
 
 
 def engine_factory(name: str, voice: str | None = None) -> Callable[[], Engine]:

@@ -31,17 +31,19 @@ from websockets.exceptions import ConnectionClosed
 
 from ..client import RealtimeClient
 from ..protocol import AudioFrame, Error, SegmentStarted, TurnDone
-from .generate import Message, PromptCache, ReplyStats, stream_reply, truncate_history
+from .generate import (
+    Message,
+    PromptCache,
+    ReplyStats,
+    chat_tokens,
+    stream_reply,
+    truncate_history,
+)
 
 if TYPE_CHECKING:
     from mlx.nn.layers.base import Module
 
 log = logging.getLogger(__name__)
-
-DEFAULT_SYSTEM = (
-    "You are a friendly voice assistant. Your replies are spoken aloud, so answer in one to "
-    "three short sentences of plain conversational English, without lists or markdown."
-)
 
 
 class _Segment(Protocol):
@@ -223,6 +225,21 @@ class LocalLLM:
 
         self.model, self.tokenizer = load(self.path_or_repo or default_model_dir())
 
+    async def warm(self, messages: list[Message]) -> None:
+        """Prefill the prompt cache with what every next prompt starts with (the system
+        prompt, the history), so the first reply does not wait for it; on a CPU that is
+        seconds."""
+
+        model = self._loaded()
+
+        def run() -> None:
+            prefix = chat_tokens(
+                self.tokenizer, [*messages, {"role": "user", "content": ""}], False
+            )
+            self.cache.prefill(model, prefix)
+
+        await asyncio.wrap_future(self._executor.submit(run))
+
     def generate(
         self,
         messages: list[Message],
@@ -236,9 +253,7 @@ class LocalLLM:
     ) -> tuple[concurrent.futures.Future[None], ReplyStats]:
         """Start generating on the model's thread; ``on_delta`` is called there, per delta."""
         stats = ReplyStats()
-        model = self.model
-        if model is None:
-            raise RuntimeError("the model is not loaded: use LocalLLM.open")
+        model = self._loaded()
 
         def run() -> None:
             if stop.is_set():
@@ -261,14 +276,20 @@ class LocalLLM:
 
         return self._executor.submit(run), stats
 
+    def _loaded(self) -> Module:
+        if self.model is None:
+            raise RuntimeError("the model is not loaded: use LocalLLM.open")
+        return self.model
+
     def close(self) -> None:
         self._executor.shutdown(wait=False, cancel_futures=True)
 
 
 @dataclass
 class AgentConfig:
-    system: str | None = DEFAULT_SYSTEM
-    """System prompt; None leaves the model's chat template to its own default."""
+    system: str | None = None
+    """System prompt; None leaves it to the chat template (SmolLM2's has its own, and
+    answers better with it than with a voice-specific one)."""
     max_tokens: int = 200
     temperature: float = 0.0
     top_p: float = 1.0
@@ -297,12 +318,16 @@ class AgentTurn:
     interrupted: bool = False
     failure: BaseException | None = None
     """Why the reply ended early other than a barge-in (generation error, lost connection)."""
+    tokens_at_cut: int | None = None
+    """Tokens generated when the barge-in stopped generation; ``stats.tokens`` ends at most
+    one (the token in flight) above it."""
     heard_samples: int | None = None
     """Samples played when the turn was cut; None for a turn heard to the end."""
     heard: str | None = None
     """The reply as stored in the history: all of it, or the heard part after a barge-in."""
     started_at: float = field(default_factory=time.perf_counter)
     first_delta_at: float | None = None
+    end_text_at: float | None = None
     first_audio_at: float | None = None
     finished: asyncio.Event = field(default_factory=asyncio.Event)
     server_done: asyncio.Event = field(default_factory=asyncio.Event)
@@ -380,6 +405,10 @@ class Agent:
             self.config.max_history_chars,
         )
 
+    async def warm(self) -> None:
+        """Prefill the model's cache with the prompt so far, while the user is still typing."""
+        await self.llm.warm(self.prompt())
+
     async def respond(self, user_text: str) -> AgentTurn:
         """Start the reply to ``user_text``, barging in on the current one if it still runs."""
         await self.interrupt()
@@ -417,6 +446,7 @@ class Agent:
         if turn is None or turn.finished.is_set():
             return None
         turn.stop.set()
+        turn.tokens_at_cut = turn.stats.tokens
         turn.interrupted = True
         turn.heard_samples = turn.sink.samples_played()
         task = self._lifecycles.pop(turn.turn_id, None)
@@ -451,6 +481,7 @@ class Agent:
                 log.exception("generation failed")
                 turn.failure = exc
             await self.client.end_text()
+            turn.end_text_at = time.perf_counter()
             await turn.server_done.wait()
             while (left := turn.sink.remaining()) > 0:
                 await asyncio.sleep(left)

@@ -75,6 +75,15 @@ class PromptCache:
         self.tokens = list(prompt[:common])
         return list(prompt[common:]), self.cache
 
+    def prefill(self, model: Module, prompt: Sequence[int]) -> None:
+        """Run ``prompt`` through the model into the cache, ahead of the turn that needs it."""
+        import mlx.core as mx
+
+        feed, cache = self.prepare(model, prompt)
+        model(mx.array(feed)[None], cache=cache)
+        mx.eval([c.state for c in cache])
+        self.tokens = list(prompt)
+
     def record(self, fed: Sequence[int]) -> None:
         """After generation: the cache now holds ``fed`` (prompt then tokens), up to its size."""
         assert self.cache is not None
@@ -107,7 +116,7 @@ def stream_reply(
     from mlx_lm.sample_utils import make_sampler
 
     stats = stats if stats is not None else ReplyStats()
-    prompt = _token_ids(tokenizer.apply_chat_template(list(history), add_generation_prompt=True))
+    prompt = chat_tokens(tokenizer, history)
     stats.prompt_tokens = len(prompt)
     if stop():
         stats.stopped = True
@@ -140,6 +149,15 @@ def stream_reply(
     finally:
         if cache is not None:
             cache.record(prompt + generated)
+
+
+def chat_tokens(
+    tokenizer: Any, messages: Sequence[Message], add_generation_prompt: bool = True
+) -> list[int]:
+    """The chat template applied to ``messages``, as token ids."""
+    return _token_ids(
+        tokenizer.apply_chat_template(list(messages), add_generation_prompt=add_generation_prompt)
+    )
 
 
 def _token_ids(encoded: Any) -> list[int]:

@@ -24,8 +24,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterator
+from functools import partial
 
 import mlx.core as mx
+import numpy as np
+import numpy.typing as npt
 
 from .model import (
     FINAL_LRELU_SLOPE,
@@ -140,7 +143,11 @@ class _Source(_Node):
 
 class _ConvNode(_Node):
     def __init__(
-        self, src: _Node, conv: Conv, act: Act | None = None, post: Act | None = None,
+        self,
+        src: _Node,
+        conv: Conv,
+        act: Act | None = None,
+        post: Act | None = None,
         channels: int | None = None,
     ) -> None:
         super().__init__(src.length, channels or conv.out_channels)
@@ -185,6 +192,27 @@ def _add(*xs: mx.array) -> mx.array:
     return total
 
 
+def _mean(*xs: mx.array, scale: float) -> mx.array:
+    return _add(*xs) * scale
+
+
+def _first(x: mx.array, n: int) -> mx.array:
+    return x[:, :n]
+
+
+def _rest(x: mx.array, n: int) -> mx.array:
+    return x[:, n:]
+
+
+def _residual(h: mx.array, res_skip: mx.array, n: int) -> mx.array:
+    return h + res_skip[:, :n]
+
+
+def _couple(z: mx.array, mean: mx.array, n: int) -> mx.array:
+    """A mean-only coupling in reverse: the second half loses the mean the first predicts."""
+    return mx.concatenate([z[:, :n], z[:, n:] - mean], axis=1)
+
+
 class _Graph:
     """The flow and generator as nodes; ``nodes`` lists them all for releasing and checks."""
 
@@ -202,40 +230,29 @@ class _Graph:
         for cp in flow.couplings:
             half, hidden = cp.half, cp.hidden
             flipped = self._add_node(_MapNode(_flip, z, channels=channels))
-            x0 = self._add_node(
-                _MapNode(lambda v, h=half: v[:, :h], flipped, channels=half)
-            )
+            x0 = self._add_node(_MapNode(partial(_first, n=half), flipped, channels=half))
             h = self._add_node(_ConvNode(x0, cp.pre))
             skips: list[_Node] = []
             last = len(cp.in_layers) - 1
             for i, (conv_in, conv_rs) in enumerate(zip(cp.in_layers, cp.res_skip, strict=True)):
                 acts = self._add_node(
-                    _ConvNode(h, conv_in, post=lambda v, n=hidden: gated(v, n), channels=hidden)
+                    _ConvNode(h, conv_in, post=partial(gated, hidden=hidden), channels=hidden)
                 )
                 rs = self._add_node(_ConvNode(acts, conv_rs))
                 if i == last:
                     skips.append(rs)
                     break
                 skips.append(
-                    self._add_node(_MapNode(lambda v, n=hidden: v[:, n:], rs, channels=hidden))
+                    self._add_node(_MapNode(partial(_rest, n=hidden), rs, channels=hidden))
                 )
-                h = self._add_node(
-                    _MapNode(lambda a, r, n=hidden: a + r[:, :n], h, rs, channels=hidden)
-                )
+                h = self._add_node(_MapNode(partial(_residual, n=hidden), h, rs, channels=hidden))
             out = self._add_node(_MapNode(_add, *skips, channels=hidden))
             m = self._add_node(_ConvNode(out, cp.post))
-            z = self._add_node(
-                _MapNode(
-                    lambda v, mean, n=half: mx.concatenate([v[:, :n], v[:, n:] - mean], axis=1),
-                    flipped, m, channels=channels,
-                )
-            )
+            z = self._add_node(_MapNode(partial(_couple, n=half), flipped, m, channels=channels))
         return z
 
     def _generator(self, gen: Generator, z: _Node) -> _Node:
-        def act(v: mx.array) -> mx.array:
-            return leaky_relu(v, LRELU_SLOPE)
-
+        act = partial(leaky_relu, slope=LRELU_SLOPE)
         x = self._add_node(_ConvNode(z, gen.conv_pre))
         for up, blocks in zip(gen.ups, gen.resblocks, strict=True):
             x = self._add_node(_UpNode(x, up, act))
@@ -248,15 +265,10 @@ class _Graph:
                         y = self._add_node(_ConvNode(y, conv, act))
                     r = self._add_node(_MapNode(_add, r, y, channels=r.channels))
                 outs.append(r)
-            scale = 1.0 / len(blocks)
-            x = self._add_node(
-                _MapNode(lambda *v, k=scale: _add(*v) * k, *outs, channels=x.channels)
-            )
-        return self._add_node(
-            _ConvNode(
-                x, gen.conv_post, lambda v: leaky_relu(v, FINAL_LRELU_SLOPE), mx.tanh
-            )
-        )
+            mean = partial(_mean, scale=1.0 / len(blocks))
+            x = self._add_node(_MapNode(mean, *outs, channels=x.channels))
+        final = partial(leaky_relu, slope=FINAL_LRELU_SLOPE)
+        return self._add_node(_ConvNode(x, gen.conv_post, final, mx.tanh))
 
 
 class StreamingDecoder:
@@ -299,14 +311,14 @@ def overlap_windows(
 ) -> Iterator[mx.array]:
     """Each window decoded alone with ``overlap`` frames of context each side; joins crossfaded.
 
-    Window ``k`` covers frames ``[a - overlap, b + overlap)``. The join at frame ``a`` is a
-    raised-cosine crossfade over ``overlap`` frames centred on it, where both windows still
-    have at least ``overlap / 2`` frames of context. Overlap 0 is a hard cut.
+    Window ``k`` decodes frames ``[a - overlap, b + overlap)``. Its join with the window
+    before it is a raised-cosine crossfade centred on frame ``a``, as wide as the overlap
+    (at most the shortest window), so both sides keep at least half the overlap of context
+    there. Overlap 0 is a hard cut.
     """
     frames, hop = int(z_p.shape[0]), model.hop
-    if len(plan) > 1:
-        overlap = max(0, min(overlap, *(end - start for start, end in plan)))
-    half = overlap * hop // 2
+    shortest = min(end - start for start, end in plan)
+    half = min(overlap, shortest) * hop // 2
     fade_in = 0.5 - 0.5 * mx.cos(math.pi * (mx.arange(2 * half) + 0.5) / max(1, 2 * half))
     tail: mx.array | None = None
     for k, (start, end) in enumerate(plan):
@@ -324,3 +336,32 @@ def overlap_windows(
         else:
             mx.eval(piece)
         yield piece
+
+
+# --- measures shared by the tests and bench/mlx_chunked.py ---------------------------------
+
+
+def snr_db(test: npt.ArrayLike, reference: npt.ArrayLike) -> float:
+    """Signal-to-noise ratio of ``test`` against ``reference`` in dB (inf when identical)."""
+    t, r = np.asarray(test, np.float64), np.asarray(reference, np.float64)
+    n = min(len(t), len(r))
+    error = float(((t[:n] - r[:n]) ** 2).sum())
+    return math.inf if error == 0.0 else 10.0 * math.log10(float((r[:n] ** 2).sum()) / error)
+
+
+def join_jumps(
+    audio: npt.ArrayLike, reference: npt.ArrayLike, plan: list[Window], hop: int, radius: int
+) -> tuple[float, float]:
+    """Largest sample step within ``radius`` samples of a window join: (streamed, excess).
+
+    ``excess`` is the largest difference from the one-shot waveform's own step at the same
+    sample, which is what a click adds; the raw step includes the speech's own slope.
+    """
+    a, r = np.asarray(audio, np.float64), np.asarray(reference, np.float64)
+    steps, ref_steps = np.abs(np.diff(a)), np.diff(r)
+    worst = excess = 0.0
+    for start, _ in plan[1:]:
+        lo, hi = max(0, start * hop - 1 - radius), min(len(steps), start * hop + radius)
+        worst = max(worst, float(steps[lo:hi].max()))
+        excess = max(excess, float(np.abs(np.diff(a)[lo:hi] - ref_steps[lo:hi]).max()))
+    return worst, excess

@@ -63,7 +63,7 @@ class Conv:
         pad_right: int = 0,
         matmul: bool = True,
     ) -> None:
-        out_channels, kernel, in_channels = weight.shape
+        out_channels, kernel, _ = weight.shape
         self.kernel = int(kernel)
         self.dilation = dilation
         self.pad_left = pad_left
@@ -73,7 +73,9 @@ class Conv:
         self.out_channels = int(out_channels)
         self._native = not matmul and self.kernel > 1
         self._weight = weight
-        self._taps = [weight[:, k, :].T for k in range(self.kernel)]  # (in, out) per tap
+        # (in, out) per tap, made contiguous once: a strided view would be copied by every matmul.
+        taps = np.asarray(weight).transpose(1, 2, 0)
+        self._taps = [mx.array(np.ascontiguousarray(taps[k])) for k in range(self.kernel)]
         self._bias = bias
 
     def valid(self, x: mx.array) -> mx.array:
@@ -85,8 +87,10 @@ class Conv:
         # One matmul per tap, accumulated: measured faster on the CPU than building the im2col
         # matrix (a copy of the input per tap) for one large matmul.
         d = self.dilation
-        y = x[0:length] @ self._taps[0] if self._bias is None else mx.addmm(
-            self._bias, x[0:length], self._taps[0]
+        y = (
+            x[0:length] @ self._taps[0]
+            if self._bias is None
+            else mx.addmm(self._bias, x[0:length], self._taps[0])
         )
         for k in range(1, self.kernel):
             y = mx.addmm(y, x[k * d : k * d + length], self._taps[k])
@@ -100,7 +104,7 @@ class DepthwiseConv:
     """A grouped convolution with one channel per group (the duration predictor's DDSConv)."""
 
     def __init__(self, weight: mx.array, bias: mx.array, attrs: ConvAttrs) -> None:
-        self._taps = weight[:, :, 0].T  # (K, C)
+        self._taps = mx.array(np.ascontiguousarray(np.asarray(weight)[:, :, 0].T))  # (K, C)
         self.kernel = int(weight.shape[1])
         self.dilation = attrs.dilation
         self.pad_left, self.pad_right = attrs.pad_left, attrs.pad_right
@@ -144,6 +148,8 @@ class Upsample:
         for r, k, j in taps:
             poly[r, :, j_max - j, :] = w[:, k, :]
         self.stride = stride
+        self.padding = padding
+        """The transposed convolution's own padding (PyTorch's ``padding``)."""
         self.out_channels = int(out_channels)
         self.pad_left, self.pad_right = j_max, -j_min
         self._conv = Conv(
@@ -164,7 +170,7 @@ class Upsample:
 def _conv(w: VoiceWeights, module: str, matmul: bool, *, same: bool = False) -> Conv:
     """The conv ``module`` as the graph called it (or 'same' padding where the graph padded)."""
     weight = w[f"{module}.weight"]
-    bias = w[f"{module}.bias"] if f"{module}.bias" in w else None
+    bias = w.get(f"{module}.bias")
     attrs = w.conv(module)
     kernel = int(weight.shape[1])
     left, right = ((kernel - 1) // 2, kernel // 2) if same else (attrs.pad_left, attrs.pad_right)
@@ -252,7 +258,9 @@ class TextEncoder:
         k, v = split(layer.k(x)), split(layer.v(x))
         in_window = mx.abs(offsets) <= window
         rel_logits = q @ layer.rel_k.T  # (heads, T, 2w+1), by offset j - i
-        rel_index = mx.broadcast_to(mx.clip(offsets + window, 0, 2 * window), (heads, *offsets.shape))
+        rel_index = mx.broadcast_to(
+            mx.clip(offsets + window, 0, 2 * window), (heads, *offsets.shape)
+        )
         scores = q @ k.transpose(0, 2, 1)
         scores = scores + mx.where(in_window, mx.take_along_axis(rel_logits, rel_index, 2), 0.0)
         p = mx.softmax(scores, axis=-1)
@@ -366,8 +374,11 @@ class DurationPredictor:
         # Reverse order, without the first spline flow, which Piper's inference skips (and
         # its export leaves out): Flip, flows.7, Flip, flows.5, Flip, flows.3, Flip, affine.
         indices = sorted(
-            (int(k.split(".")[2]) for k in w.arrays if k.startswith("dp.flows.") and
-             k.endswith(".pre.weight")),
+            (
+                int(k.split(".")[2])
+                for k in w.arrays
+                if k.startswith("dp.flows.") and k.endswith(".pre.weight")
+            ),
             reverse=True,
         )
         self.flows = [ConvFlow(w, f"dp.flows.{i}", matmul) for i in indices]
@@ -422,8 +433,11 @@ class Flow:
 
     def __init__(self, w: VoiceWeights, matmul: bool) -> None:
         indices = sorted(
-            (int(k.split(".")[2]) for k in w.arrays if k.startswith("flow.flows.") and
-             k.endswith(".pre.weight")),
+            (
+                int(k.split(".")[2])
+                for k in w.arrays
+                if k.startswith("flow.flows.") and k.endswith(".pre.weight")
+            ),
             reverse=True,
         )
         self.couplings = []
@@ -475,23 +489,35 @@ class Generator:
             attrs = w.conv(f"dec.ups.{i}")
             self.ups.append(
                 Upsample(
-                    w[f"dec.ups.{i}.weight"], w[f"dec.ups.{i}.bias"], attrs.stride,
-                    attrs.pad_left, matmul=matmul,
+                    w[f"dec.ups.{i}.weight"],
+                    w[f"dec.ups.{i}.bias"],
+                    attrs.stride,
+                    attrs.pad_left,
+                    matmul=matmul,
                 )
             )
         blocks = []
         for b in range(_count(w, "dec.resblocks.{}.convs1.0.weight")):
             p = f"dec.resblocks.{b}"
             pairs = _count(w, p + ".convs1.{}.weight")
-            blocks.append(ResBlock([
-                [_conv(w, f"{p}.convs1.{j}", matmul), _conv(w, f"{p}.convs2.{j}", matmul)]
-                for j in range(pairs)
-            ]))
+            blocks.append(
+                ResBlock(
+                    [
+                        [_conv(w, f"{p}.convs1.{j}", matmul), _conv(w, f"{p}.convs2.{j}", matmul)]
+                        for j in range(pairs)
+                    ]
+                )
+            )
         for b in range(_count(w, "dec.resblocks.{}.convs.0.weight")):
             p = f"dec.resblocks.{b}"
-            blocks.append(ResBlock([
-                [_conv(w, f"{p}.convs.{j}", matmul)] for j in range(_count(w, p + ".convs.{}.weight"))
-            ]))
+            blocks.append(
+                ResBlock(
+                    [
+                        [_conv(w, f"{p}.convs.{j}", matmul)]
+                        for j in range(_count(w, p + ".convs.{}.weight"))
+                    ]
+                )
+            )
         per_up = len(blocks) // len(self.ups)
         self.resblocks = [blocks[i * per_up : (i + 1) * per_up] for i in range(len(self.ups))]
         self.conv_post = _conv(w, "dec.conv_post", matmul)
@@ -521,12 +547,18 @@ class PiperVits:
 
     def __init__(self, weights: VoiceWeights, *, matmul: bool | None = None) -> None:
         matmul = default_use_matmul() if matmul is None else matmul
+        self.weights = weights
+        self.matmul = matmul
         self.encoder = TextEncoder(weights, matmul)
         self.duration = DurationPredictor(weights, matmul)
         self.flow = Flow(weights, matmul)
         self.generator = Generator(weights, matmul)
         self.hop = self.generator.hop
         self.channels = self.encoder.out_channels
+
+    def rebuilt(self, *, matmul: bool) -> PiperVits:
+        """The same voice with the other convolution strategy (for measuring both)."""
+        return PiperVits(self.weights, matmul=matmul)
 
     def latents(
         self,

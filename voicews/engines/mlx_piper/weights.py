@@ -19,7 +19,7 @@ import json
 import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 import numpy.typing as npt
@@ -60,6 +60,9 @@ class VoiceWeights:
 
     def __contains__(self, name: object) -> bool:
         return name in self.arrays
+
+    def get(self, name: str) -> mx.array | None:
+        return self.arrays.get(name)
 
     def conv(self, module: str) -> ConvAttrs:
         return self.convs[module]
@@ -129,12 +132,18 @@ def read_onnx(model: Path) -> tuple[dict[str, Array], dict[str, ConvAttrs]]:
         if name.startswith(_PREFIXES) and name not in weights:
             weights[name] = value
     _fold_weight_norm(weights)
-    missing = [n for n in ("enc_p.emb.weight", "dec.conv_pre.weight", "dp.flows.0.logs")
-               if n not in weights]
+    missing = [
+        n
+        for n in ("enc_p.emb.weight", "dec.conv_pre.weight", "dp.flows.0.logs")
+        if n not in weights
+    ]
     if missing:
         raise ValueError(f"{model.name}: not a Piper VITS export (missing {', '.join(missing)})")
-    out = {k: np.ascontiguousarray(v, dtype=np.float32) for k, v in weights.items()
-           if np.issubdtype(np.asarray(v).dtype, np.floating)}
+    out = {
+        k: np.ascontiguousarray(v, dtype=np.float32)
+        for k, v in weights.items()
+        if np.issubdtype(np.asarray(v).dtype, np.floating)
+    }
     return out, convs
 
 
@@ -147,9 +156,7 @@ def _fold_weight_norm(weights: dict[str, Any]) -> None:
         weights[base] = (g * v / norm).astype(np.float32)
 
 
-def to_mlx_layout(
-    weights: dict[str, Array], convs: dict[str, ConvAttrs]
-) -> dict[str, Array]:
+def to_mlx_layout(weights: dict[str, Array], convs: dict[str, ConvAttrs]) -> dict[str, Array]:
     """Conv ``(O, I, K)`` -> ``(O, K, I)``; ConvTranspose ``(I, O, K)`` -> ``(O, K, I)``."""
     out = dict(weights)
     for module, attrs in convs.items():
@@ -182,8 +189,8 @@ def load_voice_weights(model: Path, directory: Path | None = None) -> VoiceWeigh
             str(tmp), {k: mx.array(v) for k, v in arrays.items()}, metadata={_METADATA_KEY: meta}
         )
         os.replace(tmp, path)
-    loaded, metadata = mx.load(str(path), return_metadata=True)
+    loaded, metadata = cast(
+        "tuple[dict[str, mx.array], dict[str, str]]", mx.load(str(path), return_metadata=True)
+    )
     raw = json.loads(metadata[_METADATA_KEY])
-    convs_loaded = {k: ConvAttrs(**v) for k, v in raw.items()}
-    return VoiceWeights(arrays=dict(loaded), convs=convs_loaded)
-
+    return VoiceWeights(arrays=loaded, convs={k: ConvAttrs(**v) for k, v in raw.items()})
