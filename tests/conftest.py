@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import os
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from dataclasses import replace
 
+import numpy as np
+import numpy.typing as npt
 import pytest
 
 from voicews.client import RealtimeClient
+from voicews.engines.base import Engine, SynthesisOptions
 from voicews.server import ServerConfig, VoicewsServer
 from voicews.session import SessionConfig
 
@@ -54,3 +57,19 @@ async def server() -> AsyncIterator[VoicewsServer]:
 async def client(server: VoicewsServer) -> AsyncIterator[RealtimeClient]:
     async with await RealtimeClient.connect(server.url) as c:
         yield c
+
+
+class FailsOnMarker:
+    """The real Piper engine with one injected fault (text containing "explode" raises):
+    the only way to make synthesis fail on demand."""
+
+    name = "piper-faulty"
+
+    def __init__(self, inner: Engine) -> None:
+        self.inner = inner
+        self.sample_rate = inner.sample_rate
+
+    def synthesize(self, text: str, options: SynthesisOptions) -> Iterator[npt.NDArray[np.float32]]:
+        if "explode" in text:
+            raise RuntimeError("injected engine fault")
+        return self.inner.synthesize(text, options)

@@ -5,36 +5,16 @@ from __future__ import annotations
 import asyncio
 import gc
 import threading
-from collections.abc import Iterator
 
-import numpy as np
-import numpy.typing as npt
-
-from conftest import TEST_CONFIG, running, timeout
+from conftest import TEST_CONFIG, FailsOnMarker, running, timeout
 from voicews.client import RealtimeClient, SpokenTurn
 from voicews.engines import engine_factory
-from voicews.engines.base import Engine, SynthesisOptions
 from voicews.errors import ErrorCode
 from voicews.protocol import AudioFrame
 from voicews.server import VoicewsServer
 from voicews.worker import ComputeWorker
 
 LONG = " ".join(f"Sentence {i} keeps the voice busy for a little while." for i in range(30))
-
-
-class FailsOnMarker:
-    """The real Piper engine with one injected fault: the only way to make synthesis raise."""
-
-    name = "piper-faulty"
-
-    def __init__(self, inner: Engine) -> None:
-        self.inner = inner
-        self.sample_rate = inner.sample_rate
-
-    def synthesize(self, text: str, options: SynthesisOptions) -> Iterator[npt.NDArray[np.float32]]:
-        if "explode" in text:
-            raise RuntimeError("injected engine fault")
-        return self.inner.synthesize(text, options)
 
 
 def rss_bytes() -> int:

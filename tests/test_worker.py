@@ -6,10 +6,9 @@ import threading
 import time
 from collections.abc import Iterator
 
-import numpy as np
-import numpy.typing as npt
 import pytest
 
+from conftest import FailsOnMarker
 from voicews.engines import engine_factory
 from voicews.engines.base import Engine, SynthesisOptions
 from voicews.worker import ComputeWorker, Job, JobAudio, JobDone, JobEvent, JobFailed, JobText
@@ -114,28 +113,13 @@ def test_cancelled_job_stops_at_next_chunk(worker: ComputeWorker) -> None:
     assert "long" not in rec.order(JobDone)
 
 
-class FailsOnMarker:
-    """The real Piper engine with one injected fault: the only way to make synthesis raise."""
-
-    name = "piper-faulty"
-
-    def __init__(self, inner: Engine) -> None:
-        self.inner = inner
-        self.sample_rate = inner.sample_rate
-
-    def synthesize(self, text: str, options: SynthesisOptions) -> Iterator[npt.NDArray[np.float32]]:
-        if "FAIL" in text:
-            raise RuntimeError("injected engine fault")
-        return self.inner.synthesize(text, options)
-
-
 def test_engine_failure_is_reported_and_the_worker_goes_on() -> None:
     build = engine_factory("piper")
     worker = ComputeWorker(lambda: FailsOnMarker(build()))
     worker.start()
     try:
         rec = Recorder()
-        worker.submit(rec.job("bad", "please FAIL now", first=True))
+        worker.submit(rec.job("bad", "please explode now", first=True))
         worker.submit(rec.job("good", "Fine.", first=True))
         rec.wait(2)
     finally:

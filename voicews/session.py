@@ -503,10 +503,9 @@ class Session:
             del self._history[0]
 
     def _generating(self, job_id: int) -> _Turn | None:
+        """The turn whose reply ``job_id`` generates; None for a cancelled generation."""
         turn = self._turn
-        if turn is None or turn.generation is None or turn.generation.job_id != job_id:
-            return None
-        return turn
+        return turn if turn is not None and _is(turn.generation, job_id) else None
 
     def _reply_complete(self, turn: _Turn, now: float) -> None:
         """The reply is fully generated: remember it, and let the turn drain as after end_text."""
@@ -650,9 +649,7 @@ class Session:
     def _job_turn(self, job_id: int) -> _Turn | None:
         """The turn a result belongs to; None for results of cancelled jobs."""
         turn = self._turn
-        if turn is None or turn.job is None or turn.job.job_id != job_id:
-            return None
-        return turn
+        return turn if turn is not None and _is(turn.job, job_id) else None
 
     def _emit(self, turn: _Turn, audio: Audio) -> None:
         if audio.size == 0:
@@ -695,3 +692,7 @@ class Session:
                 continue
             kept.append(item)
         self.outbox = kept
+
+
+def _is(request: Request | None, job_id: int) -> bool:
+    return request is not None and request.job_id == job_id
