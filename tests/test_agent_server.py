@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("mlx.core")
-pytest.importorskip("mlx_lm")
+pytest.importorskip("mlx.core", exc_type=ImportError)
+pytest.importorskip("mlx_lm", exc_type=ImportError)
 
 from conftest import TEST_CONFIG, running, timeout
 from voicews.client import RealtimeClient

@@ -21,12 +21,21 @@ class AgentBackend:
         self.model_name = model
         self._loaded: tuple[Any, Any] | None = None
 
-    def work(self, messages: Sequence[dict[str, str]], max_tokens: int) -> Work:
+    def new_cache(self) -> Any:
+        """A per-session prompt cache: the next turn re-reads only what the history added
+        (on a CPU, prefill runs about as slowly as generation)."""
+        from .llm.generate import PromptCache
+
+        return PromptCache()
+
+    def work(self, messages: Sequence[dict[str, str]], max_tokens: int, cache: Any) -> Work:
         def generate(_engine: Engine) -> Iterator[str]:
             from .llm.generate import stream_reply
 
             model, tokenizer = self._model()
-            yield from stream_reply(model, tokenizer, list(messages), max_tokens=max_tokens)
+            yield from stream_reply(
+                model, tokenizer, list(messages), max_tokens=max_tokens, cache=cache
+            )
 
         return generate
 

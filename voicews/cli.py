@@ -64,7 +64,21 @@ def main(argv: list[str] | None = None) -> None:
     say.add_argument("--speed", type=float, help="speaking rate, 0.5 to 2.0")
     say.add_argument("--tokens-per-s", type=float, help="send the text as word pieces at this rate")
 
+    convert = commands.add_parser(
+        "convert-gguf", help="convert a llama GGUF (default: the bundled SmolLM2) for mlx-lm"
+    )
+    convert.add_argument("gguf", nargs="?", help="GGUF file (default: bundled SmolLM2)")
+    convert.add_argument("out_dir", nargs="?", help="output directory (default: the cache)")
+
     args = parser.parse_args(argv)
+    if args.command == "convert-gguf":
+        from .llm.convert import convert_command
+
+        try:
+            print(convert_command(args.gguf, args.out_dir))
+        except ValueError as exc:
+            convert.error(str(exc))
+        return
     if args.command == "serve":
         logging.basicConfig(
             level=args.log_level, format="%(asctime)s level=%(levelname)s %(message)s"

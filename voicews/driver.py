@@ -35,6 +35,7 @@ class SessionDriver:
     ) -> None:
         self.session = session
         self._agent = agent
+        self._prompt_cache = agent.new_cache() if agent is not None else None
         self._worker = worker
         self._observe = observe
         self._loop = asyncio.get_running_loop()
@@ -80,7 +81,7 @@ class SessionDriver:
                     first=False,
                     deadline=self.now(),
                     on_event=on_event,
-                    work=self._agent.work(request.messages, request.max_tokens),
+                    work=self._agent.work(request.messages, request.max_tokens, self._prompt_cache),
                     deadline_step=TOKEN_DEADLINE_STEP,
                 )
             else:

@@ -198,6 +198,14 @@ class AplaySink(WavSink):
         else:
             self._proc.stdin.close()  # let it play out what it has
 
+    async def wait_closed(self) -> None:
+        """Until ``aplay`` has exited: played out after ``close()``, or killed."""
+        if self._starting is not None:
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._starting
+        if self._proc is not None:
+            await self._proc.wait()
+
 
 class LocalLLM:
     """An mlx-lm model on a thread of its own; MLX streams are bound to the thread using them.
@@ -315,6 +323,12 @@ class AgentTurn:
     generation: asyncio.Future[None] | None = None
     """Done when the model's thread has stopped generating this reply."""
     done: TurnDone | None = None
+    sent_chars: int = 0
+    spoken_chars: int = 0
+    """Characters of the reply the server has announced as segments; the gap to
+    ``sent_chars`` bounds the text waiting on the server (see ``Agent._pace``)."""
+    paced: int = 0
+    """Times a delta waited for speech to catch up."""
     interrupted: bool = False
     failure: BaseException | None = None
     """Why the reply ended early other than a barge-in (generation error, lost connection)."""
@@ -331,6 +345,7 @@ class AgentTurn:
     first_audio_at: float | None = None
     finished: asyncio.Event = field(default_factory=asyncio.Event)
     server_done: asyncio.Event = field(default_factory=asyncio.Event)
+    progress: asyncio.Event = field(default_factory=asyncio.Event)
 
     @property
     def reply(self) -> str:
@@ -471,7 +486,9 @@ class Agent:
             while (delta := await deltas.get()) is not None:
                 if turn.first_delta_at is None:
                     turn.first_delta_at = time.perf_counter()
+                await self._pace(turn, len(delta))
                 turn.deltas.append(delta)
+                turn.sent_chars += len(delta)
                 await self.client.text_delta(delta)
                 if self.on_delta is not None:
                     self.on_delta(turn, delta)
@@ -489,7 +506,25 @@ class Agent:
             turn.failure = exc
         self._lifecycles.pop(turn.turn_id, None)
         turn.sink.close()
-        self._commit(turn, turn.reply)
+        # text the server refused was never spoken: keep what it did speak
+        self._commit(turn, heard_text(turn.segments, 2**62) if turn.errors else turn.reply)
+
+    async def _pace(self, turn: AgentTurn, chars: int) -> None:
+        """Hold a delta while the text not yet spoken is near the server's limit.
+
+        A fast model (hundreds of tokens/s on a Mac) outruns speech; the server refuses text
+        beyond ``max_pending_text_chars`` (``text_backlog_full``), so the reply waits here,
+        in the model's output, rather than being lost. Segments announce what was taken.
+        """
+        budget = self.client.created.limits.max_pending_text_chars * 3 // 4
+        while (
+            turn.sent_chars > turn.spoken_chars
+            and turn.sent_chars - turn.spoken_chars + chars > budget
+            and not turn.server_done.is_set()
+        ):
+            turn.paced += 1
+            turn.progress.clear()
+            await turn.progress.wait()
 
     def _commit(self, turn: AgentTurn, reply: str) -> None:
         """The reply enters the history as heard; an unheard reply leaves no message."""
@@ -517,11 +552,14 @@ class Agent:
                         turn = self._by_id.get(item.turn_id)
                         if turn is not None and not turn.interrupted:
                             turn.segments.append(item)
+                            turn.spoken_chars += len(item.text) + 1  # and a separator
+                            turn.progress.set()
                     case TurnDone():
                         turn = self._by_id.pop(item.turn_id, None)
                         if turn is not None:
                             turn.done = item
                             turn.server_done.set()
+                            turn.progress.set()
                     case Error():
                         log.warning("voicews error %s: %s", item.code, item.message)
                         turn = self._by_id.get(item.turn_id or "") or self.current
@@ -531,3 +569,4 @@ class Agent:
             log.warning("voicews connection closed")
             for turn in self._by_id.values():
                 turn.server_done.set()
+                turn.progress.set()

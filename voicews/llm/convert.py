@@ -16,7 +16,6 @@ bundled model into the cache, and prints the directory.
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import importlib.util
 import json
@@ -135,7 +134,9 @@ def convert_gguf(gguf_path: str | Path, out_dir: str | Path) -> Path:
         raise ValueError(f"{gguf.name}: architecture {arch!r} is not supported (llama only)")
     config = _config(meta, raw)
     weights = _weights(raw, config)
-    config["quantization"] = _quantization(weights)
+    quantization = _quantization(weights)
+    if quantization is not None:
+        config["quantization"] = quantization
 
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
@@ -247,7 +248,7 @@ def unpermute_rope_rows(rows: mx.array, heads: int) -> mx.array:
     return shaped.swapaxes(1, 2).reshape(rows.shape)
 
 
-def _quantization(weights: dict[str, mx.array]) -> dict[str, Any]:
+def _quantization(weights: dict[str, mx.array]) -> dict[str, Any] | None:
     """mlx-lm's ``quantization`` entry: the common bit width, plus any layer that differs.
 
     GGUF files mix block types (SmolLM2's Q4_1 file keeps its embedding in Q8_0); the bits of
@@ -260,7 +261,7 @@ def _quantization(weights: dict[str, mx.array]) -> dict[str, Any]:
             in_features = scales.shape[-1] * GROUP_SIZE
             bits[layer] = weights[f"{layer}.weight"].shape[-1] * 32 // in_features
     if not bits:
-        raise ValueError("no quantized tensors: only Q4_0, Q4_1 and Q8_0 files are supported")
+        return None  # an F16/F32 file: a plain float model
     common = Counter(bits.values()).most_common(1)[0][0]
     quantization: dict[str, Any] = {"group_size": GROUP_SIZE, "bits": common}
     for layer, b in sorted(bits.items()):
@@ -346,21 +347,10 @@ def _tolist(value: Any) -> Sequence[Any]:
     return value.tolist() if hasattr(value, "tolist") else list(value)
 
 
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(
-        prog="python -m voicews.llm.convert",
-        description="Convert a GGUF file (default: the bundled SmolLM2) to an mlx-lm directory.",
-    )
-    parser.add_argument("gguf", nargs="?", help="GGUF file (default: bundled SmolLM2)")
-    parser.add_argument("out_dir", nargs="?", help="output directory (default: the cache)")
-    args = parser.parse_args(argv)
-    if args.out_dir:
-        if not args.gguf:
-            parser.error("OUT_DIR needs a GGUF file")
-        print(convert_gguf(args.gguf, args.out_dir))
-    else:
-        print(converted_dir(args.gguf) if args.gguf else default_model_dir())
-
-
-if __name__ == "__main__":
-    main()
+def convert_command(gguf: str | None, out_dir: str | None) -> Path:
+    """``voicews convert-gguf [GGUF [OUT_DIR]]``: into OUT_DIR, or into the cache."""
+    if out_dir:
+        if not gguf:
+            raise ValueError("OUT_DIR needs a GGUF file")
+        return convert_gguf(gguf, out_dir)
+    return converted_dir(gguf) if gguf else default_model_dir()

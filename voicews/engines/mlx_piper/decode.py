@@ -50,7 +50,7 @@ Act = Callable[[mx.array], mx.array]
 def window_plan(frames: int, chunk_frames: int, initial_frames: int) -> list[Window]:
     """Frame ranges ``[start, end)``: ``initial_frames`` first, doubling up to ``chunk_frames``.
 
-    A remainder under a quarter of the window before it joins that window rather than
+    A remainder of at most a quarter of a window joins the window before it rather than
     costing a window of its own.
     """
     chunk_frames = max(1, chunk_frames)
@@ -59,7 +59,7 @@ def window_plan(frames: int, chunk_frames: int, initial_frames: int) -> list[Win
     start = 0
     while start < frames:
         end = min(frames, start + size)
-        if frames - end < max(1, size // 4):
+        if frames - end <= size // 4:
             end = frames
         plan.append((start, end))
         start = end
@@ -307,18 +307,24 @@ def streaming_windows(model: PiperVits, z_p: mx.array, plan: list[Window]) -> It
 
 
 def overlap_windows(
-    model: PiperVits, z_p: mx.array, plan: list[Window], overlap: int
+    model: PiperVits,
+    z_p: mx.array,
+    plan: list[Window],
+    overlap: int,
+    crossfade: int | None = None,
 ) -> Iterator[mx.array]:
     """Each window decoded alone with ``overlap`` frames of context each side; joins crossfaded.
 
-    Window ``k`` decodes frames ``[a - overlap, b + overlap)``. Its join with the window
-    before it is a raised-cosine crossfade centred on frame ``a``, as wide as the overlap
-    (at most the shortest window), so both sides keep at least half the overlap of context
-    there. Overlap 0 is a hard cut.
+    Window ``k`` decodes frames ``[a - overlap, b + overlap)``; its join with the window
+    before it is a raised-cosine crossfade of ``crossfade`` frames centred on frame ``a``
+    (default: a third of the overlap, at most 8 frames and the shortest window), so both
+    sides keep most of their context there. Overlap 0 is a hard cut.
     """
     frames, hop = int(z_p.shape[0]), model.hop
-    shortest = min(end - start for start, end in plan)
-    half = min(overlap, shortest) * hop // 2
+    if crossfade is None:
+        crossfade = min(8, max(1, overlap // 3)) if overlap > 0 else 0
+    shortest = min((end - start for start, end in plan), default=0)
+    half = min(crossfade, shortest) * hop // 2
     fade_in = 0.5 - 0.5 * mx.cos(math.pi * (mx.arange(2 * half) + 0.5) / max(1, 2 * half))
     tail: mx.array | None = None
     for k, (start, end) in enumerate(plan):
@@ -352,16 +358,18 @@ def snr_db(test: npt.ArrayLike, reference: npt.ArrayLike) -> float:
 def join_jumps(
     audio: npt.ArrayLike, reference: npt.ArrayLike, plan: list[Window], hop: int, radius: int
 ) -> tuple[float, float]:
-    """Largest sample step within ``radius`` samples of a window join: (streamed, excess).
+    """Sample steps at window joins: (largest step across a join, largest excess step nearby).
 
-    ``excess`` is the largest difference from the one-shot waveform's own step at the same
-    sample, which is what a click adds; the raw step includes the speech's own slope.
+    The first is ``|y[j] - y[j - 1]|`` at each join sample ``j``; the second the largest
+    difference from the one-shot waveform's own step within ``radius`` samples of a join,
+    which is what a click adds on top of the speech's own slope.
     """
     a, r = np.asarray(audio, np.float64), np.asarray(reference, np.float64)
-    steps, ref_steps = np.abs(np.diff(a)), np.diff(r)
-    worst = excess = 0.0
-    for start, _ in plan[1:]:
-        lo, hi = max(0, start * hop - 1 - radius), min(len(steps), start * hop + radius)
-        worst = max(worst, float(steps[lo:hi].max()))
-        excess = max(excess, float(np.abs(np.diff(a)[lo:hi] - ref_steps[lo:hi]).max()))
+    steps, excess_steps = np.diff(a), np.abs(np.diff(a) - np.diff(r))
+    joins = [start * hop for start, _ in plan[1:]]
+    worst = max((abs(float(steps[j - 1])) for j in joins), default=0.0)
+    excess = max(
+        (float(excess_steps[max(0, j - 1 - radius) : j + radius].max()) for j in joins),
+        default=0.0,
+    )
     return worst, excess

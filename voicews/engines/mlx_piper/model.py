@@ -2,9 +2,10 @@
 
 Everything runs on one utterance at a time in ``(time, channels)`` layout, so Piper's masks
 (all ones for a batch of one) disappear. Hyperparameters are not hard-coded: kernel sizes come
-from the weights, dilations, paddings and strides from the ONNX nodes that used them, so
-low/medium/high and x_low voices all load. Plain classes rather than ``mlx.nn.Module``: the
-weights never train, and the code type-checks even where MLX is not installed.
+from the weights, dilations, paddings and strides from the ONNX nodes that used them, and the
+HiFi-GAN's residual block kind from the weight names, so Piper's other qualities (x_low, low,
+high) should load as well; the bundled medium voice is the one tested. Plain classes rather
+than ``mlx.nn.Module``: the weights never train, and the code type-checks where MLX is absent.
 
 Convolutions run as one matmul per kernel tap by default on the CPU: MLX's CPU ``conv1d`` and
 ``conv_transpose1d`` are several times slower there (see ``bench/mlx_chunked.py``). The
@@ -31,7 +32,7 @@ _MIN_BIN = 1e-3
 
 
 def default_use_matmul() -> bool:
-    """im2col + matmul on the CPU (measured faster there); the native conv kernels elsewhere."""
+    """One matmul per tap on the CPU (measured 4-5x faster there); MLX's conv kernels elsewhere."""
     return bool(mx.default_device() == mx.cpu)
 
 
@@ -75,7 +76,7 @@ class Conv:
         self._weight = weight
         # (in, out) per tap, made contiguous once: a strided view would be copied by every matmul.
         taps = np.asarray(weight).transpose(1, 2, 0)
-        self._taps = [mx.array(np.ascontiguousarray(taps[k])) for k in range(self.kernel)]
+        self._taps = [] if self._native else [mx.array(np.ascontiguousarray(t)) for t in taps]
         self._bias = bias
 
     def valid(self, x: mx.array) -> mx.array:
@@ -377,7 +378,9 @@ class DurationPredictor:
             (
                 int(k.split(".")[2])
                 for k in w.arrays
-                if k.startswith("dp.flows.") and k.endswith(".pre.weight")
+                if k.startswith("dp.flows.")
+                and k.endswith(".pre.weight")
+                and k != "dp.flows.1.pre.weight"
             ),
             reverse=True,
         )

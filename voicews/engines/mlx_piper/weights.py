@@ -99,6 +99,7 @@ def read_onnx(model: Path) -> tuple[dict[str, Array], dict[str, ConvAttrs]]:
     if any(i.name == "sid" for i in graph.input):
         raise NotImplementedError(f"{model.name}: multi-speaker Piper voices are not supported")
     values: dict[str, Any] = {t.name: numpy_helper.to_array(t) for t in graph.initializer}
+    initializers = set(values)
     for node in graph.node:
         if node.op_type == "Constant":
             values[node.output[0]] = numpy_helper.to_array(node.attribute[0].t)
@@ -121,8 +122,10 @@ def read_onnx(model: Path) -> tuple[dict[str, Array], dict[str, ConvAttrs]]:
                 stride=int(attrs.get("strides", [1])[0]),
                 groups=int(attrs.get("group", 1)),
             )
-        elif node.op_type == "Gather" and module and node.input[0] in values:
-            weights[f"{module}.weight"] = values[node.input[0]]
+        elif node.op_type == "Gather" and module and node.input[0] in initializers:
+            table = values[node.input[0]]
+            if table.ndim == 2 and np.issubdtype(table.dtype, np.floating):  # an embedding
+                weights[f"{module}.weight"] = table
         elif node.name == "/dp/flows.0/Mul" and "dp.flows.0.logs" not in values:
             # ElementwiseAffine in reverse multiplies by exp(-logs), folded to a constant.
             folded = [values[i] for i in node.input if i in values]
