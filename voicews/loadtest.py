@@ -38,16 +38,19 @@ class SoakReport:
 async def soak(
     url: str,
     sessions: int,
-    seconds: float,
+    seconds: float = float("inf"),
     tokens_per_s: float = 50.0,
     barge_in_every: int = 5,
     seed: int = 0,
+    turns: int | None = None,
 ) -> SoakReport:
-    """Run ``sessions`` conversations for ``seconds``; every turn must end with turn_done."""
+    """Run ``sessions`` conversations for ``seconds`` (or ``turns`` each, whichever ends
+    first); every turn must end with turn_done."""
     report = SoakReport(sessions, seconds)
     deadline = time.perf_counter() + seconds
+    limit = turns if turns is not None else -1
     await asyncio.gather(
-        *(_conversation(url, deadline, tokens_per_s, barge_in_every, seed + i, report)
+        *(_conversation(url, deadline, limit, tokens_per_s, barge_in_every, seed + i, report)
           for i in range(sessions))
     )  # fmt: skip
     return report
@@ -56,6 +59,7 @@ async def soak(
 async def _conversation(
     url: str,
     deadline: float,
+    turns: int,
     tokens_per_s: float,
     barge_in_every: int,
     seed: int,
@@ -64,7 +68,7 @@ async def _conversation(
     rng = random.Random(seed)
     async with await RealtimeClient.connect(url) as client:
         n = 0
-        while time.perf_counter() < deadline:
+        while time.perf_counter() < deadline and n != turns:
             n += 1
             text = rng.choice(REPLIES)
             if barge_in_every and n % barge_in_every == 0:
