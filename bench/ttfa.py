@@ -20,42 +20,23 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import hashlib
 import json
 import statistics
-import subprocess
 import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import Any
 
 import numpy as np
+from common import REPLIES, json_safe, rate_list, source_version
 
-import voicews
 from voicews.client import RealtimeClient, SpokenTurn, word_pieces
 from voicews.server import ServerConfig, VoicewsServer
 from voicews.session import SessionConfig
 
 STALL_MS = 100.0
 """A run counts as stalled if its stall time is over this."""
-
-REPLIES: tuple[str, ...] = (
-    "Sure, I can help with that. Your order #48213 shipped on March 3 and should arrive in "
-    "2 to 3 business days. If it has not shown up by Friday, let me know, e.g. by replying "
-    "here, and I will open a ticket right away.",
-    "I have booked you with Dr. Patel for Tuesday at 10:30 a.m. The clinic is at 221 Baker "
-    "St., on the second floor. Please arrive about 15 minutes early, and bring your "
-    "insurance card.",
-    "Good question. The total comes to $1,249.99, including tax and shipping. You can split "
-    "it into 4 payments of approx. $312.50, with no interest.",
-    "Right now it is 18 degrees and cloudy in Seattle. Later today there is a 60% chance of "
-    "rain, so you may want an umbrella. Tomorrow looks better, with highs around 22 and "
-    "plenty of sun.",
-    "No problem, I moved your meeting with Mr. Chen to 3 p.m. on Thursday. I also sent an "
-    "updated invite to all 6 attendees. Anything else?",
-)
 
 
 @dataclass(frozen=True, slots=True)
@@ -257,13 +238,6 @@ def int_list(text: str) -> list[int]:
     return values
 
 
-def rate_list(text: str) -> list[float]:
-    values = [float(v) for v in text.split(",") if v.strip()]
-    if not values or any(v <= 0 for v in values):
-        raise argparse.ArgumentTypeError(f"expected positive rates like 20,50: {text!r}")
-    return values
-
-
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         description=(__doc__ or "").split("\n\n")[0],
@@ -296,26 +270,6 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     if args.first_words is not None and args.compare_first_words:
         parser.error("--first-words and --compare-first-words exclude each other")
     return args
-
-
-def source_version() -> str:
-    """The voicews code measured: git commit, plus a hash of uncommitted changes to it."""
-    package = Path(voicews.__file__).resolve().parent
-
-    def git(*cmd: str) -> str:
-        done = subprocess.run(
-            ["git", "-C", str(package), *cmd], capture_output=True, text=True, check=True
-        )
-        return done.stdout.strip()
-
-    try:
-        commit = git("rev-parse", "--short", "HEAD")
-        diff = git("diff", "HEAD", "--", ".")
-    except (OSError, subprocess.CalledProcessError):
-        return f"{package} (not in git)"
-    if not diff:
-        return commit
-    return f"{commit} + uncommitted changes {hashlib.sha1(diff.encode()).hexdigest()[:8]}"
 
 
 # --- reporting --------------------------------------------------------------------------------
@@ -375,17 +329,6 @@ def report(results: Results, compare: bool, version: str) -> None:
             print(f"  {rate:g} tok/s  " + "  ".join(cells))
 
 
-def _finite(value: Any) -> Any:
-    """NaN (no data) is not JSON: make it null, recursively."""
-    if isinstance(value, float) and value != value:
-        return None
-    if isinstance(value, dict):
-        return {k: _finite(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_finite(v) for v in value]
-    return value
-
-
 def write_json(path: Path, args: argparse.Namespace, results: Results, version: str) -> None:
     payload = {
         "voicews": version if args.url is None else None,
@@ -410,7 +353,7 @@ def write_json(path: Path, args: argparse.Namespace, results: Results, version: 
             for variant, by_rate in results
         ],
     }
-    path.write_text(json.dumps(_finite(payload), indent=2) + "\n")
+    path.write_text(json.dumps(json_safe(payload), indent=2) + "\n")
 
 
 def _session_fields(config: SessionConfig) -> dict[str, int]:

@@ -1,0 +1,69 @@
+"""Pieces the benchmark scripts share: the replies they speak and how they report.
+
+Benchmarks are scripts (``python bench/NAME.py``), so this sits beside them, not in voicews.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import voicews
+
+REPLIES: tuple[str, ...] = (
+    "Sure, I can help with that. Your order #48213 shipped on March 3 and should arrive in "
+    "2 to 3 business days. If it has not shown up by Friday, let me know, e.g. by replying "
+    "here, and I will open a ticket right away.",
+    "I have booked you with Dr. Patel for Tuesday at 10:30 a.m. The clinic is at 221 Baker "
+    "St., on the second floor. Please arrive about 15 minutes early, and bring your "
+    "insurance card.",
+    "Good question. The total comes to $1,249.99, including tax and shipping. You can split "
+    "it into 4 payments of approx. $312.50, with no interest.",
+    "Right now it is 18 degrees and cloudy in Seattle. Later today there is a 60% chance of "
+    "rain, so you may want an umbrella. Tomorrow looks better, with highs around 22 and "
+    "plenty of sun.",
+    "No problem, I moved your meeting with Mr. Chen to 3 p.m. on Thursday. I also sent an "
+    "updated invite to all 6 attendees. Anything else?",
+)
+"""Agent-like replies for time to first audio (9 to 14 s of speech each)."""
+
+
+def source_version() -> str:
+    """The voicews code measured: git commit, plus a hash of uncommitted changes to it."""
+    package = Path(voicews.__file__).resolve().parent
+
+    def git(*cmd: str) -> str:
+        done = subprocess.run(
+            ["git", "-C", str(package), *cmd], capture_output=True, text=True, check=True
+        )
+        return done.stdout.strip()
+
+    try:
+        commit = git("rev-parse", "--short", "HEAD")
+        diff = git("diff", "HEAD", "--", ".")
+    except (OSError, subprocess.CalledProcessError):
+        return f"{package} (not in git)"
+    if not diff:
+        return commit
+    return f"{commit} + uncommitted changes {hashlib.sha1(diff.encode()).hexdigest()[:8]}"
+
+
+def json_safe(value: Any) -> Any:
+    """NaN (no data) is not JSON: make it null, recursively."""
+    if isinstance(value, float) and value != value:
+        return None
+    if isinstance(value, dict):
+        return {k: json_safe(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [json_safe(v) for v in value]
+    return value
+
+
+def rate_list(text: str) -> list[float]:
+    values = [float(v) for v in text.split(",") if v.strip()]
+    if not values or any(v <= 0 for v in values):
+        raise argparse.ArgumentTypeError(f"expected positive rates like 20,50: {text!r}")
+    return values
