@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
+import re
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from dataclasses import replace
@@ -30,6 +32,17 @@ TEST_CONFIG = ServerConfig(
     socket_send_buffer=32 * 1024,
     session=replace(SessionConfig(), max_pending_text_chars=2_000, max_turn_text_chars=8_000),
 )
+
+
+async def http_get(port: int, path: str) -> tuple[int, str, bytes]:
+    """A plain GET on loopback: status, content type, body."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(f"GET {path} HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n".encode())
+    data = await asyncio.wait_for(reader.read(), timeout(5))
+    writer.close()
+    head, _, body = data.partition(b"\r\n\r\n")
+    content_type = re.search(rb"(?i)content-type: ([^\r]+)", head)
+    return int(head.split()[1]), content_type.group(1).decode() if content_type else "", body
 
 
 @asynccontextmanager

@@ -237,18 +237,6 @@ async def test_segment_joins_are_no_steeper_than_the_speech(client: RealtimeClie
         assert jumps[max(0, j - window) : j + window].max() <= inside
 
 
-async def test_health_and_unknown_paths(server: VoicewsServer) -> None:
-    async def get(path: str) -> bytes:
-        reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
-        writer.write(f"GET {path} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
-        data = await asyncio.wait_for(reader.read(1024), timeout(5))
-        writer.close()
-        return data
-
-    assert (await get("/healthz")).startswith(b"HTTP/1.1 200")
-    assert (await get("/nope")).startswith(b"HTTP/1.1 404")
-
-
 async def test_say_command_writes_a_wav(server: VoicewsServer, tmp_path: Path) -> None:
     out = tmp_path / "hello.wav"
     proc = await asyncio.create_subprocess_exec(

@@ -2,25 +2,14 @@
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import re
 
 import pytest
 
-from conftest import running, timeout
+from conftest import http_get, running, timeout
 from voicews.client import RealtimeClient
 from voicews.server import VoicewsServer
-
-
-async def http_get(port: int, path: str) -> tuple[int, str, bytes]:
-    reader, writer = await asyncio.open_connection("127.0.0.1", port)
-    writer.write(f"GET {path} HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n".encode())
-    data = await asyncio.wait_for(reader.read(), timeout(5))
-    writer.close()
-    head, _, body = data.partition(b"\r\n\r\n")
-    content_type = re.search(rb"(?i)content-type: ([^\r]+)", head)
-    return int(head.split()[1]), content_type.group(1).decode() if content_type else "", body
 
 
 def sample(metrics: str, name: str, default: float | None = None) -> float:
