@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import os
 import re
+import threading
+import tracemalloc
 from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager
-from dataclasses import replace
+from contextlib import asynccontextmanager, contextmanager
+from dataclasses import dataclass, replace
 
 import numpy as np
 import numpy.typing as npt
@@ -32,6 +35,53 @@ TEST_CONFIG = ServerConfig(
     socket_send_buffer=32 * 1024,
     session=replace(SessionConfig(), max_pending_text_chars=2_000, max_turn_text_chars=8_000),
 )
+
+
+@dataclass(frozen=True)
+class Resources:
+    """What a process holds. ``heap`` is the Python heap (numpy buffers included) allocated since
+    the probe started and still alive: what our code keeps. RSS also counts native allocator
+    arenas that glibc and onnxruntime keep after a peak, so it is reported, and bounded loosely."""
+
+    heap: int
+    rss: int
+    fds: int
+    tasks: int
+    threads: int
+
+    def __str__(self) -> str:
+        return (
+            f"heap {self.heap / 2**20:.2f} MiB, RSS {self.rss / 2**20:.1f} MiB, fds {self.fds}, "
+            f"tasks {self.tasks}, threads {self.threads}"
+        )
+
+
+# How far RSS may step while the Python heap stays flat: onnxruntime's CPU arena grows by
+# doubling for a larger shape than any before (steps of 15-33 MiB seen here), and keeps it.
+ARENA_SLACK = 64 * 2**20
+
+
+def resources() -> Resources:
+    gc.collect()
+    with open("/proc/self/statm") as f:
+        rss = int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    return Resources(
+        heap=tracemalloc.get_traced_memory()[0] if tracemalloc.is_tracing() else 0,
+        rss=rss,
+        fds=len(os.listdir("/proc/self/fd")),
+        tasks=len(asyncio.all_tasks()),
+        threads=threading.active_count(),
+    )
+
+
+@contextmanager
+def tracing_heap() -> Iterator[None]:
+    """Trace Python allocations inside the block, so ``resources().heap`` counts what it keeps."""
+    tracemalloc.start()
+    try:
+        yield
+    finally:
+        tracemalloc.stop()
 
 
 async def http_get(port: int, path: str) -> tuple[int, str, bytes]:
