@@ -12,12 +12,10 @@ from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass, replace
 
-import numpy as np
-import numpy.typing as npt
 import pytest
 
 from voicews.client import RealtimeClient
-from voicews.engines.base import Engine, SynthesisOptions
+from voicews.engines.base import Audio, Engine, SynthesisOptions, WordStarts
 from voicews.server import ServerConfig, VoicewsServer
 from voicews.session import SessionConfig
 
@@ -132,7 +130,7 @@ class FailsOnMarker:
         self.inner = inner
         self.sample_rate = inner.sample_rate
 
-    def synthesize(self, text: str, options: SynthesisOptions) -> Iterator[npt.NDArray[np.float32]]:
+    def synthesize(self, text: str, options: SynthesisOptions) -> Iterator[Audio | WordStarts]:
         if "explode" in text:
             raise RuntimeError("injected engine fault")
         return self.inner.synthesize(text, options)

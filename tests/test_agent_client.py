@@ -205,7 +205,7 @@ async def test_barge_in_while_generating(agent_factory: Any) -> None:
     deltas_at_cut = len(first.deltas)
 
     assert first.heard_samples is not None and first.heard_samples > 0
-    assert first.heard == heard_text(first.segments, first.heard_samples)
+    assert first.heard == heard_text(first.spoken, first.heard_samples)
     heard = words(first.heard)
     assert 0 < len(heard) < len(words(first.reply))
     assert heard == words(first.reply)[: len(heard)]  # a prefix of what was generated

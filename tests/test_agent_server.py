@@ -26,6 +26,7 @@ from voicews.protocol import (
     TurnDone,
     TurnStarted,
     UserMessage,
+    Words,
 )
 from voicews.server import VoicewsServer
 from voicews.session import AgentConfig
@@ -58,7 +59,7 @@ async def send(client: RealtimeClient, message: UserMessage) -> None:
 async def test_reply_is_generated_streamed_and_spoken(agent_server: VoicewsServer) -> None:
     async with await RealtimeClient.connect(agent_server.url) as c:
         await send(c, UserMessage(text="hello there", turn_id="r1"))
-        deltas, segments, samples = [], [], 0
+        deltas, segments, samples, placed = [], [], 0, 0
         while True:
             item = await c.recv(timeout(60))
             if isinstance(item, ReplyDelta):
@@ -66,6 +67,9 @@ async def test_reply_is_generated_streamed_and_spoken(agent_server: VoicewsServe
                 deltas.append(item.text)
             elif isinstance(item, SegmentStarted):
                 segments.append(item.text)
+            elif isinstance(item, Words):  # the words of the segment just announced
+                assert [w.text for w in item.words] == segments[-1].split()
+                placed += 1
             elif isinstance(item, AudioFrame):
                 samples += item.samples
             elif isinstance(item, TurnDone):
@@ -74,6 +78,7 @@ async def test_reply_is_generated_streamed_and_spoken(agent_server: VoicewsServe
                 assert isinstance(item, TurnStarted), item
         assert item.turn_id == "r1" and not item.cancelled and item.samples == samples > 0
         assert " ".join(segments).split() == "".join(deltas).split()  # the reply, all spoken
+        assert placed > 0
         assert agent_server.app is not None
         history = agent_server.app.sessions[c.created.session_id].history
         assert history[0] == {"role": "user", "content": "hello there"}
@@ -91,12 +96,13 @@ async def test_barge_in_stops_generation_and_keeps_the_heard_part(tiny_model: Pa
     ):
         await send(c, UserMessage(text="tell me a long story", turn_id="long"))
         deltas_before = 0
-        while True:  # wait for the reply's first audio
+        while True:  # wait for the reply's first audio and its words
             item = await c.recv(timeout(60))
             deltas_before += isinstance(item, ReplyDelta)
-            if isinstance(item, AudioFrame):
+            if isinstance(item, Words):
                 break
-        await c.playback("long", 1)  # the listener heard the very start
+        first = item.words[0]
+        await c.playback("long", first.start_sample + 1)  # the listener heard one word begin
         await send(c, UserMessage(text="stop", turn_id="next"))
         late_deltas = 0
         done = None
@@ -106,7 +112,7 @@ async def test_barge_in_stops_generation_and_keeps_the_heard_part(tiny_model: Pa
                 late_deltas += 1
             if isinstance(item, TurnDone) and item.turn_id == "long":
                 done = item
-        assert done.cancelled and done.heard_text
+        assert done.cancelled and done.heard_text == first.text
         # What was generated before the cut may still be on its way; nothing after it is.
         assert deltas_before + late_deltas < MAX_TOKENS // 4, (deltas_before, late_deltas)
         session = agent_server.app.sessions[c.created.session_id]  # type: ignore[union-attr]

@@ -115,3 +115,20 @@ def test_pcm16_round_trip_and_framing() -> None:
     parts = list(frames(pcm, 300))
     assert [len(p) for p in parts] == [600, 600, 600, 200]
     assert b"".join(parts) == pcm
+
+
+@pytest.mark.parametrize("chunk", [None, 300, 1000])
+def test_skipped_counts_the_trimmed_lead_however_the_audio_is_chunked(chunk: int | None) -> None:
+    """An engine position minus ``skipped`` is the position in the segment's released audio."""
+    st = Stitcher(RATE)
+    lead = round(StitchConfig().lead_ms * RATE / 1000)
+    audio = padded(tone(0.5), lead=0.1)  # first sound at 2205
+    st.begin_segment()
+    pieces = (
+        [audio] if chunk is None else [audio[i : i + chunk] for i in range(0, len(audio), chunk)]
+    )
+    released = np.concatenate([st.push(p) for p in pieces])
+    assert st.skipped == 2205 - lead
+    assert np.array_equal(released[lead : lead + 100], audio[2205 : 2205 + 100])
+    st.begin_segment()
+    assert st.skipped == 0

@@ -173,7 +173,7 @@ async def test_streamed_turn_plays_through(browser: Browser) -> None:
     s = await browser.wait_for("s.drained", 60)
     rate = s["sampleRate"]
     assert s["contextRate"] == rate == 22050  # the context runs at the server's rate
-    assert s["turnDone"] == {"samples": s["samplesReceived"], "cancelled": False}
+    assert s["turnDone"] == {"samples": s["samplesReceived"], "cancelled": False, "heardText": None}
     assert s["samplesReceived"] > 2 * rate
     # Drained: everything received was played, and played without a gap.
     assert s["samplesPlayed"] == s["samplesReceived"]
@@ -229,6 +229,8 @@ async def test_stop_barges_in(browser: Browser) -> None:
     assert words(LONG)[: len(heard_words)] == heard_words
     assert heard["heardEnd"] > 0
     assert await page.inner_text("#heard mark") == LONG[: heard["heardEnd"]]
+    # The server placed the words, so the page and the server agree to the word.
+    assert later["turnDone"]["heardText"] == heard["heardText"]
     assert await page.locator("#heard .unheard").count() == 1
     assert "Stopped after" in await page.inner_text("#heard-status")
     await browser.screenshot("browser-barge-in.png")

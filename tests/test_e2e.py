@@ -15,7 +15,7 @@ from conftest import TEST_CONFIG, timeout
 from voicews.audio import from_pcm16
 from voicews.client import RealtimeClient, SpokenTurn
 from voicews.errors import ErrorCode
-from voicews.protocol import AudioFrame, Error, SegmentStarted, TurnDone, TurnStarted
+from voicews.protocol import AudioFrame, Error, SegmentStarted, TurnDone, TurnStarted, Words
 from voicews.server import VoicewsServer
 
 REPLY = (
@@ -88,6 +88,45 @@ async def test_barge_in_cuts_the_turn_at_once(client: RealtimeClient) -> None:
     await asyncio.wait_for(client.collect(new), timeout(20))
     assert_intact(new)
     assert all(f.turn_id == "next" for f in new.frames)
+
+
+async def test_words_are_placed_and_a_cut_turn_was_heard_to_the_word(
+    client: RealtimeClient,
+) -> None:
+    """The bundled voice gives phoneme durations: every segment's words come with their start
+    samples, and a turn cut inside a segment reports the words that had started playing."""
+    whole = await client.speak(REPLY, timeout=timeout(30))
+    assert [w.text for w in whole.words] == REPLY.split()
+    starts = [w.start_sample for w in whole.words]
+    assert starts == sorted(starts) and starts[-1] < whole.samples
+    # Each segment's first word starts within 50 ms after the segment does (lead silence).
+    first_words, index = [], 0
+    for segment in whole.segments:
+        first_words.append(whole.words[index].start_sample - segment.start_sample)
+        index += len(segment.text.split())
+    assert all(0 <= d < 0.05 * whole.sample_rate for d in first_words), first_words
+
+    await client.turn_reset("cut")
+    await client.text_delta(REPLY)
+    await client.end_text()
+    turn = SpokenTurn("cut", client.sample_rate)
+    played: int | None = None
+    while played is None or turn.samples <= played:
+        match await client.recv(timeout(20)):
+            case AudioFrame() as frame:
+                turn.pcm += frame.pcm
+            case Words() as placed if len(placed.words) >= 4 and played is None:
+                turn.words += placed.words
+                played = placed.words[2].start_sample + 1  # its third word just started
+            case Words() as placed:
+                turn.words += placed.words
+    await client.playback("cut", played)
+    await client.cancel()
+    await asyncio.wait_for(client.collect(turn), timeout(20))
+    assert turn.done is not None and turn.done.cancelled
+    heard = " ".join(w.text for w in turn.words if w.start_sample < played)
+    assert turn.done.heard_text == heard
+    assert REPLY.startswith(heard) and not heard.endswith((".", ","))  # mid-segment
 
 
 async def test_bad_input_gets_typed_errors_and_the_session_goes_on(

@@ -15,8 +15,8 @@ from typing import Any, ClassVar
 import numpy as np
 import pytest
 
+from voicews.cache import CACHE_ENV
 from voicews.llm.convert import (
-    CACHE_ENV,
     bundled_gguf,
     converted_dir,
     default_model_dir,

@@ -24,9 +24,10 @@ mx = pytest.importorskip("mlx.core", exc_type=ImportError)  # plain mlx on Linux
 pytest.importorskip("onnx")
 
 from conftest import TEST_CONFIG, running, timeout  # noqa: E402
+from voicews.cache import cache_dir  # noqa: E402
 from voicews.client import RealtimeClient, SpokenTurn  # noqa: E402
 from voicews.engines import engine_factory  # noqa: E402
-from voicews.engines.base import Engine, SynthesisOptions  # noqa: E402
+from voicews.engines.base import Engine, SynthesisOptions, WordStarts  # noqa: E402
 from voicews.engines.mlx_piper import MlxPiperEngine  # noqa: E402
 from voicews.engines.mlx_piper.decode import (  # noqa: E402
     StreamingDecoder,
@@ -39,7 +40,6 @@ from voicews.engines.mlx_piper.decode import (  # noqa: E402
 from voicews.engines.mlx_piper.engine import DEFAULT_OVERLAP_FRAMES  # noqa: E402
 from voicews.engines.mlx_piper.weights import (  # noqa: E402
     _fold_weight_norm,
-    cache_dir,
     cache_path,
     load_voice_weights,
     read_onnx,
@@ -256,9 +256,12 @@ def test_native_convolutions_agree(engine: MlxPiperEngine, decoded: tuple[mx.arr
     )
 
 
-def test_engine_yields_each_window(engine: MlxPiperEngine) -> None:
+def test_engine_yields_each_window_then_places_the_words(engine: MlxPiperEngine) -> None:
     def chunks(options: SynthesisOptions) -> list[Audio]:
-        return list(engine.synthesize("Hello there, friend.", options))
+        *audio, words = engine.synthesize("Hello there, friend.", options)
+        assert isinstance(words, WordStarts) and len(words.samples) == 3
+        assert 0 <= words.samples[0] < words.samples[1] < words.samples[2] < sum(map(len, audio))
+        return [a for a in audio if isinstance(a, np.ndarray)]
 
     default = chunks(SynthesisOptions())
     small = chunks(SynthesisOptions(chunk_frames=16))
@@ -284,13 +287,14 @@ class _Counting:
         self.chunks: list[list[int]] = []  # samples per chunk, per segment
         self.options: list[SynthesisOptions] = []
 
-    def synthesize(self, text: str, options: SynthesisOptions) -> Iterator[Audio]:
+    def synthesize(self, text: str, options: SynthesisOptions) -> Iterator[Audio | WordStarts]:
         self.ran_on.add(threading.get_ident())
         self.options.append(options)
         sizes: list[int] = []
-        for audio in self.inner.synthesize(text, options):
-            sizes.append(len(audio))
-            yield audio
+        for item in self.inner.synthesize(text, options):
+            if not isinstance(item, WordStarts):
+                sizes.append(len(item))
+            yield item
         self.chunks.append(sizes)
 
 
@@ -332,6 +336,10 @@ async def test_server_streams_mlx_piper_in_windows(
     assert max(max(sizes) for sizes in engine.chunks) <= 40 * hop
     # MLX ran only on the compute worker's thread, which also built the engine.
     assert engine.ran_on == {engine.built_on} and engine.built_on != threading.get_ident()
+    # The durations it computed placed every word, in order, inside the turn's audio.
+    assert [w.text for w in turn.words] == SPOKEN.split()
+    starts = [w.start_sample for w in turn.words]
+    assert starts == sorted(starts) and starts[-1] < turn.samples
 
 
 @pytest.mark.slow

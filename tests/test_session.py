@@ -21,6 +21,7 @@ from voicews.protocol import (
     TurnDone,
     TurnReset,
     TurnStarted,
+    Words,
 )
 from voicews.session import Outgoing, Session, SessionConfig, SynthesisRequest
 
@@ -134,6 +135,54 @@ def test_cut_turn_reports_the_text_heard_by_the_clients_playback() -> None:
     done = next(i for i in drain(s, 0.5) if isinstance(i, TurnDone))
     assert done.heard_text == "First part here. Second part follows."
     assert done.samples > 80_000
+
+
+def test_placed_words_go_to_the_client_and_cut_heard_text_at_a_word() -> None:
+    s = make()
+    s.handle(TurnReset(turn_id="t1"), 0.0)
+    s.handle(TextDelta(text="Hi there. One two three four. "), 0.0)
+    first = one(s)  # "Hi there."
+    synthesize(s, first, 1.0, 0.1)
+    second = one(s)
+    assert second.text == "One two three four."
+    silence = np.zeros(2205, np.float32)  # 100 ms of edge silence, trimmed to 15 ms
+    s.on_audio(second.job_id, np.concatenate([silence, np.full(44100, 0.3, np.float32)]), 0.2)
+    s.on_words(second.job_id, [2205, 2205 + 11025, 2205 + 22050, 2205 + 33075])
+    s.on_done(second.job_id, 0.2)
+    items = drain(s, 0.2)
+    segment = next(i for i in items if isinstance(i, SegmentStarted) and i.text == second.text)
+    (words,) = [i for i in items if isinstance(i, Words)]
+    lead = round(0.015 * RATE)  # the silence kept before the first sound
+    assert [w.text for w in words.words] == ["One", "two", "three", "four."]
+    assert [w.start_sample - segment.start_sample for w in words.words] == [
+        lead,
+        lead + 11025,
+        lead + 22050,
+        lead + 33075,
+    ]
+    # The listener heard "One two" and the start of "three": the cut keeps those words.
+    played = words.words[2].start_sample + 1
+    s.handle(Playback(turn_id="t1", samples_played=played), 0.5)
+    s.handle(TurnReset(turn_id="t2"), 0.5)
+    done = next(i for i in drain(s, 0.5) if isinstance(i, TurnDone))
+    assert done.heard_text == "Hi there. One two three"
+
+
+def test_a_miscounted_word_placement_leaves_the_segment_whole() -> None:
+    s = make()
+    s.handle(TurnReset(turn_id="t1"), 0.0)
+    s.handle(TextDelta(text="One two three four. "), 0.0)
+    s.handle(EndText(), 0.0)
+    req = one(s)
+    assert req.text == "One two"
+    s.on_audio(req.job_id, speech(1.0), 0.1)
+    s.on_words(req.job_id, [0, 100, 200])  # three starts for two words
+    s.on_done(req.job_id, 0.1)
+    assert not any(isinstance(i, Words) for i in drain(s, 0.1))
+    s.handle(Playback(turn_id="t1", samples_played=10), 0.2)
+    s.handle(Cancel(), 0.2)
+    done = next(i for i in drain(s, 0.2) if isinstance(i, TurnDone))
+    assert done.heard_text == "One two"
 
 
 def test_cancel_cuts_the_turn_without_starting_another() -> None:

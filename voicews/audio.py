@@ -50,20 +50,28 @@ class Stitcher:
         self._in_lead = False
         self._pending = _EMPTY  # current segment audio not yet released
         self._tail = _EMPTY  # previous segment's end, waiting to be crossfaded
+        self._received = 0  # engine samples of the current segment so far
+        self.skipped = 0
+        """Engine samples of the current segment trimmed before its first kept sample: an
+        engine position minus this is a position in the segment's released audio."""
 
     def begin_segment(self) -> None:
         self._in_lead = True
         self._pending = _EMPTY
+        self._received = self.skipped = 0
 
     def push(self, chunk: Audio) -> Audio:
         """Add engine audio for the current segment; returns what can be released now."""
         audio = np.concatenate([self._pending, chunk.astype(np.float32, copy=False)])
+        self._received += chunk.size
         loud = self._loud(audio)
         if self._in_lead:
             if loud.size == 0:
                 self._pending = audio[-self._lead :] if self._lead else _EMPTY
                 return _EMPTY
-            audio = audio[max(0, int(loud[0]) - self._lead) :]
+            cut = max(0, int(loud[0]) - self._lead)
+            self.skipped = self._received - audio.size + cut
+            audio = audio[cut:]
             loud = loud - loud[0] + min(int(loud[0]), self._lead)
             self._in_lead = False
         # Hold back the trailing silence (it may become the segment's end) and a crossfade.

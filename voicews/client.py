@@ -33,6 +33,8 @@ from .protocol import (
     TextDelta,
     TurnDone,
     TurnReset,
+    WordMark,
+    Words,
     decode_frame,
     encode_event,
     parse_server_event,
@@ -64,6 +66,7 @@ class SpokenTurn:
     frames: list[AudioFrame] = field(default_factory=list)
     frame_times: list[float] = field(default_factory=list)
     segments: list[SegmentStarted] = field(default_factory=list)
+    words: list[WordMark] = field(default_factory=list)
     errors: list[Error] = field(default_factory=list)
     done: TurnDone | None = None
     first_delta_at: float | None = None
@@ -200,6 +203,8 @@ class RealtimeClient:
                     turn.pcm += item.pcm
                 case SegmentStarted() if item.turn_id == turn.turn_id:
                     turn.segments.append(item)
+                case Words() if item.turn_id == turn.turn_id:
+                    turn.words += item.words
                 case Error():
                     turn.errors.append(item)
                 case TurnDone() if item.turn_id == turn.turn_id:

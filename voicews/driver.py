@@ -14,7 +14,7 @@ from functools import partial
 from .agent import AgentBackend
 from .engines.base import SynthesisOptions
 from .session import GenerationRequest, Outgoing, Session
-from .worker import ComputeWorker, Job, JobAudio, JobDone, JobEvent, JobFailed, JobText
+from .worker import ComputeWorker, Job, JobAudio, JobDone, JobEvent, JobFailed, JobText, JobWords
 
 # Agent mode: each generated token pushes the generation's deadline back by this much, so
 # segments whose listeners run dry sooner go first ("a few tokens, then let speech run").
@@ -133,6 +133,8 @@ class SessionDriver:
                 session.on_audio(job_id, audio, now)
             case JobText(text=text):
                 session.on_text(job_id, text, now)
+            case JobWords(starts=starts):
+                session.on_words(job_id, starts.samples)
             case JobDone():
                 self._jobs.pop(job_id, None)
                 session.on_done(job_id, now)

@@ -187,11 +187,29 @@ class SegmentStarted(_Event):
     start_sample: int
 
 
+class WordMark(_Event):
+    text: str
+    start_sample: int
+
+
+class Words(_Event):
+    """Where each word of a ``segment`` starts, for engines that know phoneme durations.
+
+    Sent once the segment is synthesized (usually long before it plays), after its ``segment``
+    event; ``words`` joined by spaces is the segment's text.
+    """
+
+    type: Literal["words"] = "words"
+    turn_id: str
+    words: list[WordMark]
+
+
 class TurnDone(_Event):
     """Sent after the turn's last audio frame; ``samples`` is the audio sent for the turn.
 
-    A cancelled turn carries ``heard_text``: the text of the segments that had started
-    playing (by the client's last ``playback`` report, else by the audio sent).
+    A cancelled turn carries ``heard_text``: the text that had started playing (by the
+    client's last ``playback`` report, else by the audio sent), word by word where the engine
+    gave word timings, else segment by segment.
     """
 
     type: Literal["turn_done"] = "turn_done"
@@ -211,11 +229,12 @@ class Error(_Event):
 
 
 ServerEvent = Annotated[
-    SessionCreated | TurnStarted | ReplyDelta | SegmentStarted | TurnDone | Error | Pong,
+    SessionCreated | TurnStarted | ReplyDelta | SegmentStarted | Words | TurnDone | Error | Pong,
     Field(discriminator="type"),
 ]
 SERVER_TYPES = (
-    "session_created", "turn_started", "reply_delta", "segment", "turn_done", "error", "pong",
+    "session_created", "turn_started", "reply_delta", "segment", "words", "turn_done", "error",
+    "pong",
 )  # fmt: skip
 _server_adapter: TypeAdapter[ServerEvent] = TypeAdapter(ServerEvent)
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import itertools
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
 from .audio import Audio, StitchConfig, Stitcher, frames, to_pcm16
@@ -38,6 +39,8 @@ from .protocol import (
     TurnReset,
     TurnStarted,
     UserMessage,
+    WordMark,
+    Words,
 )
 from .segmenter import Segment, Segmenter, SegmenterConfig, Urgency
 
@@ -46,6 +49,7 @@ Outgoing = (
     | TurnStarted
     | ReplyDelta
     | SegmentStarted
+    | Words
     | TurnDone
     | Error
     | Pong
@@ -175,6 +179,7 @@ class _Turn:
     samples_sent: int = 0
     samples_played: int | None = None  # as the client last reported
     spoken: list[tuple[int, str]] = field(default_factory=list)  # (start_sample, text)
+    segment_start: int = 0  # where the segment in synthesis starts in the turn's audio
     play_end: float | None = None  # when a real-time listener runs out of audio
     generation: GenerationRequest | None = None  # agent mode: the reply being generated
     reply: list[str] | None = None  # agent mode: the reply's text so far
@@ -283,6 +288,23 @@ class Session:
             turn.job_audio = True
             self._observe_latency(now - turn.job.submitted_at, len(turn.job.text))
         self._emit(turn, turn.stitcher.push(audio))
+
+    def on_words(self, job_id: int, starts: Sequence[int]) -> None:
+        """The engine placed the segment's words: tell the client, and keep them, so a cut
+        turn's ``heard_text`` ends at the last word that had started playing."""
+        turn = self._job_turn(job_id)
+        if turn is None or turn.segment is None or not turn.announced:
+            return
+        words = turn.segment.text.split()
+        if len(starts) != len(words):
+            return  # an engine that miscounted: the segment stays one unit
+        base, skipped = turn.segment_start, turn.stitcher.skipped
+        marks = [
+            WordMark(text=word, start_sample=base + max(0, start - skipped))
+            for word, start in zip(words, starts, strict=True)
+        ]
+        self.outbox.append(Words(turn_id=turn.id, words=marks))
+        turn.spoken[-1:] = [(mark.start_sample, mark.text) for mark in marks]
 
     def on_text(self, job_id: int, text: str, now: float) -> None:
         """Agent mode: a delta of the reply being generated; it is spoken like client text."""
@@ -661,6 +683,7 @@ class Session:
                 )
             )
             turn.spoken.append((turn.samples_queued, turn.segment.text))
+            turn.segment_start = turn.samples_queued
             turn.announced = True
         for pcm in frames(to_pcm16(audio), self._frame_samples):
             frame = AudioFrame(turn.id, turn.seq, turn.samples_queued, pcm)
@@ -682,10 +705,10 @@ class Session:
         self._close_if_drained()
 
     def _drop_queued(self, turn_id: str) -> None:
-        """Barge-in: the old turn's unsent audio and segment events go; errors stay."""
+        """Barge-in: the old turn's unsent audio, segment and word events go; errors stay."""
         kept: deque[Outgoing] = deque()
         for item in self.outbox:
-            if isinstance(item, AudioFrame | SegmentStarted) and item.turn_id == turn_id:
+            if isinstance(item, AudioFrame | SegmentStarted | Words) and item.turn_id == turn_id:
                 if isinstance(item, AudioFrame):
                     self._outbox_samples -= item.samples
                     self._outbox_frames -= 1

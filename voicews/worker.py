@@ -18,10 +18,7 @@ from collections import deque
 from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass, field
 
-import numpy as np
-import numpy.typing as npt
-
-from .engines.base import Engine, SynthesisOptions
+from .engines.base import Audio, Engine, SynthesisOptions, WordStarts
 
 log = logging.getLogger(__name__)
 _BUSY_WINDOW = 10.0
@@ -29,7 +26,7 @@ _BUSY_WINDOW = 10.0
 
 @dataclass(frozen=True, slots=True)
 class JobAudio:
-    audio: npt.NDArray[np.float32]
+    audio: Audio
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,6 +34,13 @@ class JobText:
     """A text delta from a generation job (an LLM reply, in agent mode)."""
 
     text: str
+
+
+@dataclass(frozen=True, slots=True)
+class JobWords:
+    """Where the segment's words start in its audio (from engines that know)."""
+
+    starts: WordStarts
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,8 +53,8 @@ class JobFailed:
     message: str
 
 
-JobEvent = JobAudio | JobText | JobDone | JobFailed
-Work = Callable[[Engine], Iterator["npt.NDArray[np.float32] | str"]]
+JobEvent = JobAudio | JobText | JobWords | JobDone | JobFailed
+Work = Callable[[Engine], Iterator["Audio | WordStarts | str"]]
 
 
 @dataclass(eq=False)
@@ -68,7 +72,7 @@ class Job:
     """Added to ``deadline`` after each step: a long generation yields to segments whose
     listeners run dry sooner, instead of holding its place."""
     cancelled: bool = False
-    _chunks: Iterator[npt.NDArray[np.float32] | str] | None = field(default=None, repr=False)
+    _chunks: Iterator[Audio | WordStarts | str] | None = field(default=None, repr=False)
 
 
 @dataclass(slots=True)
@@ -184,7 +188,13 @@ class ComputeWorker:
             self.stats.jobs_done += 1
             job.on_event(JobDone())
             return False
-        job.on_event(JobText(item) if isinstance(item, str) else JobAudio(item))
+        match item:
+            case str():
+                job.on_event(JobText(item))
+            case WordStarts():
+                job.on_event(JobWords(item))
+            case _:
+                job.on_event(JobAudio(item))
         return True
 
 

@@ -172,10 +172,21 @@ function onEvent(event) {
       }
       log(`segment @${event.start_sample}: ${event.text}`);
       break;
+    case "words": {
+      // The placed words of the latest segment (sent after its `segment` event).
+      const seg = turn.segments[turn.segments.length - 1];
+      if (event.turn_id !== turn.id || !turn.accepting || !seg) return;
+      seg.words = event.words;
+      break;
+    }
     case "turn_done":
       log(`turn_done ${event.turn_id} samples=${event.samples} cancelled=${event.cancelled}`);
       if (event.turn_id !== turn.id) return;
-      turn.turnDone = { samples: event.samples, cancelled: event.cancelled };
+      turn.turnDone = {
+        samples: event.samples,
+        cancelled: event.cancelled,
+        heardText: event.heard_text ?? null,
+      };
       if (turn.accepting) {
         turn.accepting = false;
         audio.node?.port.postMessage({ type: "end", turnId: turn.id });
@@ -423,7 +434,8 @@ function renderMeters() {
 let heardKey = "";
 
 function renderHeard() {
-  const key = `${turn.id}|${turn.samplesPlayed}|${turn.segments.length}|${turn.stopped}|${turn.drained}`;
+  const placed = turn.segments.filter((s) => s.words).length;
+  const key = `${turn.id}|${turn.samplesPlayed}|${turn.segments.length}|${placed}|${turn.stopped}|${turn.drained}`;
   if (key === heardKey) return;
   heardKey = key;
   const summary = heard();

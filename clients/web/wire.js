@@ -71,10 +71,12 @@ export function tokenize(text, piece = 4) {
 
 /**
  * Which of a turn's text has been played. `segments` are the turn's `segment` events
- * ({text, start_sample}) in order, `played` the samples the player has output, `total` the
- * turn's samples so far (received, or turn_done's count). Each segment is marked "heard",
- * "partial" or "unheard"; for a partial one, `heardChars` estimates how far into it the
- * listener got (by time, snapped back to a word end). `heardText` is everything heard, and
+ * ({text, start_sample}, with `words` from its `words` event where the server sent one) in
+ * order, `played` the samples the player has output, `total` the turn's samples so far
+ * (received, or turn_done's count). Each segment is marked "heard", "partial" or "unheard";
+ * for a partial one, `heardChars` is how far into it the listener got: to the end of the last
+ * word that started playing where the words are placed, else estimated by time and snapped
+ * back to a word end. `heardText` is everything heard, and
  * `heardEnd` its end as an index into `text`, the turn's whole text (-1 if not found there).
  */
 export function heardSummary(text, segments, played, total) {
@@ -96,7 +98,9 @@ export function heardSummary(text, segments, played, total) {
     } else if (played > seg.start_sample) {
       status = "partial";
       const fraction = (played - seg.start_sample) / Math.max(1, end - seg.start_sample);
-      heardChars = wordEnd(seg.text, Math.floor(fraction * seg.text.length));
+      heardChars = seg.words
+        ? startedWordsEnd(seg.text, seg.words, played)
+        : wordEnd(seg.text, Math.floor(fraction * seg.text.length));
     }
     if (heardChars > 0) {
       heard.push(seg.text.slice(0, heardChars));
@@ -109,6 +113,18 @@ export function heardSummary(text, segments, played, total) {
     heardText: heard.join(" "),
     heardEnd: found ? heardEnd : -1,
   };
+}
+
+/** The end in `text` of the last of `words` ({text, start_sample}) that started before `played`. */
+function startedWordsEnd(text, words, played) {
+  let end = 0;
+  for (const word of words) {
+    if (word.start_sample >= played) break;
+    const at = text.indexOf(word.text, end);
+    if (at < 0) break;
+    end = at + word.text.length;
+  }
+  return end;
 }
 
 /** The end of the last whole word at or before `index` (0 if there is none). */

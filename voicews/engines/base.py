@@ -20,14 +20,27 @@ class SynthesisOptions:
     """For engines that decode in windows: frames of context shared by adjacent windows."""
 
 
+@dataclass(frozen=True, slots=True)
+class WordStarts:
+    """Where each whitespace-separated word of the synthesized text starts, in samples from the
+    start of the engine's audio for that text. Engines that know phoneme durations yield it
+    once, after the audio; the session maps it onto the turn's stream."""
+
+    samples: tuple[int, ...]
+
+
+Audio = npt.NDArray[np.float32]
+
+
 class Engine(Protocol):
     """A speech engine owned by the compute worker; used from that one thread only."""
 
     name: str
     sample_rate: int
 
-    def synthesize(self, text: str, options: SynthesisOptions) -> Iterator[npt.NDArray[np.float32]]:
-        """Yield mono float32 chunks in [-1, 1] as they are computed.
+    def synthesize(self, text: str, options: SynthesisOptions) -> Iterator[Audio | WordStarts]:
+        """Yield mono float32 chunks in [-1, 1] as they are computed (and, optionally, the
+        words' start samples).
 
         The worker checks for cancellation between chunks, so an engine that can stream
         (chunked decoding) should yield early and often.

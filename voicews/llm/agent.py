@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from websockets.exceptions import ConnectionClosed
 
 from ..client import RealtimeClient
-from ..protocol import AudioFrame, Error, SegmentStarted, TurnDone
+from ..protocol import AudioFrame, Error, SegmentStarted, TurnDone, WordMark, Words
 from .generate import (
     Message,
     PromptCache,
@@ -53,14 +53,15 @@ class _Segment(Protocol):
     def start_sample(self) -> int: ...
 
 
-def heard_text(segments: Sequence[_Segment], samples_played: int) -> str:
-    """The reply as far as the listener heard it: every segment that had started playing.
+def heard_text(spoken: Sequence[_Segment], samples_played: int) -> str:
+    """The reply as far as the listener heard it: every word (where the server placed words)
+    or segment that had started playing.
 
-    A segment counts once its first sample has played (``start_sample < samples_played``);
-    a sentence cut off halfway was still partly heard, and the model should know it said it.
+    A unit counts once its first sample has played (``start_sample < samples_played``); a
+    sentence cut off halfway was still partly heard, and the model should know it said it.
     """
     return " ".join(
-        s.text.strip() for s in segments if s.start_sample < samples_played and s.text.strip()
+        s.text.strip() for s in spoken if s.start_sample < samples_played and s.text.strip()
     )
 
 
@@ -317,6 +318,8 @@ class AgentTurn:
     sink: AudioSink
     deltas: list[str] = field(default_factory=list)
     segments: list[SegmentStarted] = field(default_factory=list)
+    spoken: list[SegmentStarted | WordMark] = field(default_factory=list)
+    """What ``heard_text`` reads: the segments, each replaced by its words once placed."""
     errors: list[Error] = field(default_factory=list)
     stats: ReplyStats = field(default_factory=ReplyStats)
     stop: threading.Event = field(default_factory=threading.Event)
@@ -470,7 +473,7 @@ class Agent:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         turn.sink.close(turn.heard_samples)
-        self._commit(turn, heard_text(turn.segments, turn.heard_samples))
+        self._commit(turn, heard_text(turn.spoken, turn.heard_samples))
         return turn
 
     async def wait(self, turn: AgentTurn | None = None, timeout: float | None = None) -> None:
@@ -507,7 +510,7 @@ class Agent:
         self._lifecycles.pop(turn.turn_id, None)
         turn.sink.close()
         # text the server refused was never spoken: keep what it did speak
-        self._commit(turn, heard_text(turn.segments, 2**62) if turn.errors else turn.reply)
+        self._commit(turn, heard_text(turn.spoken, 2**62) if turn.errors else turn.reply)
 
     async def _pace(self, turn: AgentTurn, chars: int) -> None:
         """Hold a delta while the text not yet spoken is near the server's limit.
@@ -552,8 +555,13 @@ class Agent:
                         turn = self._by_id.get(item.turn_id)
                         if turn is not None and not turn.interrupted:
                             turn.segments.append(item)
+                            turn.spoken.append(item)
                             turn.spoken_chars += len(item.text) + 1  # and a separator
                             turn.progress.set()
+                    case Words():
+                        turn = self._by_id.get(item.turn_id)
+                        if turn is not None and not turn.interrupted:
+                            turn.spoken[-1:] = item.words  # the words of the last segment
                     case TurnDone():
                         turn = self._by_id.pop(item.turn_id, None)
                         if turn is not None:

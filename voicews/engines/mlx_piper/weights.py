@@ -14,7 +14,6 @@ safetensors file. Loading creates MLX arrays, so it must run on the thread that 
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 from dataclasses import asdict, dataclass
@@ -23,6 +22,8 @@ from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 import numpy.typing as npt
+
+from ...cache import cache_dir, content_key
 
 if TYPE_CHECKING:
     import mlx.core as mx
@@ -68,21 +69,11 @@ class VoiceWeights:
         return self.convs[module]
 
 
-def cache_dir() -> Path:
-    """``$VOICEWS_CACHE_DIR``, else ``~/.cache/voicews``: converted weights live here."""
-    configured = os.environ.get("VOICEWS_CACHE_DIR")
-    return Path(configured).expanduser() if configured else Path.home() / ".cache" / "voicews"
-
-
 def cache_path(model: Path, directory: Path | None = None) -> Path:
     """One file per voice content (not path), so an edited voice is converted again."""
-    digest = hashlib.sha256()
-    with model.open("rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
     stem = model.name.removesuffix(".onnx")
     folder = (directory or cache_dir()) / "mlx-piper"
-    return folder / f"{stem}-{digest.hexdigest()[:16]}-v{FORMAT_VERSION}.safetensors"
+    return folder / f"{stem}-{content_key(model)}-v{FORMAT_VERSION}.safetensors"
 
 
 def _module_of(node_name: str) -> str:
