@@ -221,7 +221,8 @@ async def test_slow_reader_pauses_only_its_own_synthesis(server: VoicewsServer) 
         assert server.app is not None
         session = server.app.sessions[slow.created.session_id]
         bound = TEST_CONFIG.session.max_pending_audio_ms * 22050 // 1000
-        while session.pending_audio_samples < bound:  # the queue fills: nobody reads
+        # The queue fills (nobody reads), and the segment in synthesis when it did finishes.
+        while session.pending_audio_samples < bound or session.synthesizing:
             await asyncio.sleep(0.02)
         jobs = server.worker.stats.jobs_done
         # Meanwhile another session is served as usual.

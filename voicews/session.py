@@ -440,6 +440,11 @@ class Session:
         return self._outbox_samples
 
     @property
+    def synthesizing(self) -> bool:
+        """A segment of this session is with the compute worker."""
+        return self._turn is not None and self._turn.job is not None
+
+    @property
     def queued_events(self) -> int:
         """Events (not audio frames) waiting to be sent: the I/O layer stops reading the
         client while many are queued, so a flood that is never read cannot grow them."""
