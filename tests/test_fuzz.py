@@ -25,8 +25,10 @@ from voicews.protocol import (
     AudioFrame,
     Error,
     Pong,
+    SegmentStarted,
     TurnDone,
     TurnStarted,
+    Words,
     decode_frame,
     parse_client_message,
     parse_server_event,
@@ -75,13 +77,14 @@ class Advance:
 @dataclass(frozen=True)
 class Synthesize:
     seconds: float
+    words: bool  # the engine also places the segment's words
 
 
 actions = st.lists(
     st.one_of(
         frames,
         st.floats(0.0, 1.5).map(Advance),
-        st.floats(0.0, 0.5).map(Synthesize),
+        st.builds(Synthesize, st.floats(0.0, 0.5), st.booleans()),
     ),
     max_size=40,
 )
@@ -111,7 +114,11 @@ def test_session_survives_any_sequence_of_frames(steps: list[object]) -> None:
         elif isinstance(step, Synthesize):
             if in_flight:
                 job = in_flight.pop(0)
-                session.on_audio(job.job_id, tone(step.seconds), now)
+                audio = tone(step.seconds)
+                session.on_audio(job.job_id, audio, now)
+                if step.words:
+                    count = len(job.text.split())
+                    session.on_words(job.job_id, [i * len(audio) // count for i in range(count)])
                 session.on_done(job.job_id, now)
         elif step == "final":
             session.handle(parse_client_message('{"type": "end_text"}'), now)
@@ -136,9 +143,20 @@ def test_session_survives_any_sequence_of_frames(steps: list[object]) -> None:
 
 
 def check_stream(sent: list[object]) -> None:
-    """Every started turn is done exactly once; frames are contiguous; errors are typed."""
+    """Every started turn is done exactly once; frames are contiguous; errors are typed; a
+    words event places its segment's words, in order, from where the segment starts."""
     open_turn, seq, latest = None, 0, None
+    segment: SegmentStarted | None = None
     for item in sent:
+        if isinstance(item, SegmentStarted):
+            assert item.turn_id == open_turn
+            segment = item
+        elif isinstance(item, Words):
+            assert segment is not None and item.turn_id == segment.turn_id == open_turn
+            assert " ".join(w.text for w in item.words) == " ".join(segment.text.split())
+            starts = [w.start_sample for w in item.words]
+            assert starts == sorted(starts) and starts[0] >= segment.start_sample
+            segment = None  # one words event per segment
         if isinstance(item, Error):
             assert item.code in KNOWN_CODES and item.message
         elif isinstance(item, TurnStarted):
