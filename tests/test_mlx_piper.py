@@ -281,7 +281,7 @@ class _Counting:
 
     def __init__(self, inner: Engine) -> None:
         self.inner = inner
-        self.name, self.sample_rate = inner.name, inner.sample_rate
+        self.name, self.sample_rate, self.concurrent = inner.name, inner.sample_rate, False
         self.built_on = threading.get_ident()
         self.ran_on: set[int] = set()
         self.chunks: list[list[int]] = []  # samples per chunk, per segment

@@ -10,8 +10,17 @@ import pytest
 
 from conftest import FailsOnMarker
 from voicews.engines import engine_factory
-from voicews.engines.base import Engine, SynthesisOptions
-from voicews.worker import ComputeWorker, Job, JobAudio, JobDone, JobEvent, JobFailed, JobText
+from voicews.engines.base import Audio, Engine, SynthesisOptions, WordStarts
+from voicews.worker import (
+    ComputeWorker,
+    Job,
+    JobAudio,
+    JobDone,
+    JobEvent,
+    JobFailed,
+    JobText,
+    JobWords,
+)
 
 LONG = " ".join(f"Sentence {i} of a long answer, spoken in order." for i in range(8))
 
@@ -158,3 +167,86 @@ def test_generation_jobs_step_aside_for_segments_whose_deadline_comes_sooner(
     texts = [e.text for name, e in rec.events if isinstance(e, JobText)]
     assert texts[:3] == [" w0", " w1", " w2"] and len(texts) == 200
     assert rec.order(JobDone) == ["segment", "generation"]
+
+
+# --- lanes: a concurrent engine served by several threads from the one queue ----------------
+
+
+class _Serial:
+    """The real engine, declared unable to run on two threads (as MLX is)."""
+
+    def __init__(self, inner: Engine) -> None:
+        self.inner, self.name, self.sample_rate = inner, inner.name, inner.sample_rate
+        self.concurrent = False
+
+    def synthesize(self, text: str, options: SynthesisOptions) -> Iterator[Audio | WordStarts]:
+        return self.inner.synthesize(text, options)
+
+
+def test_two_lanes_synthesize_side_by_side_and_each_job_stays_whole() -> None:
+    worker = ComputeWorker(engine_factory("piper", lanes=2), lanes=2)
+    worker.start()
+    try:
+        assert worker.stats.lanes == 2
+        rec = Recorder()
+        running: set[str] = set()
+        overlapped = threading.Event()
+        lock = threading.Lock()
+        texts = {f"s{i}": f"Session {i} says sentence number {i}, clearly." for i in range(12)}
+
+        def job(name: str, text: str) -> Job:
+            inner = rec.job(name, text, first=False)
+            original = inner.on_event
+
+            def on_event(event: JobEvent) -> None:
+                with lock:
+                    running.add(name)
+                    if len(running) > 1:
+                        overlapped.set()
+                original(event)
+                if isinstance(event, JobDone | JobFailed):
+                    with lock:
+                        running.discard(name)
+
+            inner.on_event = on_event
+            return inner
+
+        for name, text in texts.items():
+            worker.submit(job(name, text))
+        rec.wait(len(texts))
+    finally:
+        worker.stop()
+    assert overlapped.is_set()  # two jobs were in flight at once
+    assert sorted(rec.order(JobDone)) == sorted(texts)
+    # espeak-ng is shared and locked: every job's words are its own text's, placed in order.
+    for name, text in texts.items():
+        (placed,) = [e.starts for n, e in rec.events if n == name and isinstance(e, JobWords)]
+        assert len(placed.samples) == len(text.split())
+        assert list(placed.samples) == sorted(placed.samples)
+
+
+def test_an_engine_that_cannot_run_concurrently_gets_one_lane() -> None:
+    build = engine_factory("piper")
+    worker = ComputeWorker(lambda: _Serial(build()), lanes=4)
+    worker.start()
+    try:
+        assert worker.stats.lanes == 1
+        worker.submit(
+            Job("x", SynthesisOptions(), False, 0.0, lambda e: None, work=lambda e: iter(()))
+        )
+    finally:
+        worker.stop()
+
+
+def test_work_jobs_need_one_lane() -> None:
+    worker = ComputeWorker(engine_factory("piper", lanes=2), lanes=2)
+    worker.start()
+    try:
+        with pytest.raises(ValueError, match="one lane"):
+            worker.submit(
+                Job("x", SynthesisOptions(), False, 0.0, lambda e: None, work=lambda e: iter(()))
+            )
+    finally:
+        worker.stop()
+    with pytest.raises(ValueError, match="at least 1"):
+        ComputeWorker(engine_factory("piper"), lanes=0)

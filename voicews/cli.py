@@ -30,6 +30,12 @@ def main(argv: list[str] | None = None) -> None:
     serve.add_argument("--port", type=int, default=8765)
     serve.add_argument("--engine", choices=sorted(ENGINES), default="piper")
     serve.add_argument("--voice", help="Piper voice .onnx (default: bundled en_US-joe-medium)")
+    serve.add_argument(
+        "--lanes",
+        type=int,
+        default=ServerConfig().lanes,
+        help="inferences the piper engine runs side by side, each on its share of the cores",
+    )
     defaults = SessionConfig()
     serve.add_argument("--idle-flush-ms", type=int, default=defaults.idle_flush_ms)
     serve.add_argument("--max-sessions", type=int, default=defaults.max_sessions)
@@ -88,6 +94,7 @@ def main(argv: list[str] | None = None) -> None:
             port=args.port,
             engine=args.engine,
             voice=args.voice,
+            lanes=args.lanes,
             drain_timeout=args.drain_timeout,
             agent_model=_agent_model(args.agent_model),
             session=replace(

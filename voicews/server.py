@@ -31,6 +31,11 @@ class ServerConfig:
     port: int = 8765
     engine: str = "piper"
     voice: str | None = None
+    lanes: int = 2
+    """Compute lanes for an engine that can run several inferences at once (``piper``), each
+    on its share of the cores; one in agent mode, whose language model is bound to one thread.
+    Measured with ``bench/lanes.py`` on 2 cores: two single-threaded lanes hold twice the
+    conversations without underrun of one lane on both cores, for a third less CPU."""
     socket_send_buffer: int = 128 * 1024
     """Kernel send buffer per socket. Small, so a slow reader's backlog stays in our bounded
     queue (where barge-in can drop it) rather than in seconds of unretractable kernel buffer."""
@@ -58,7 +63,10 @@ class _Embedded(uvicorn.Server):
 class VoicewsServer:
     def __init__(self, config: ServerConfig, worker: ComputeWorker | None = None) -> None:
         self.config = config
-        self.worker = worker or ComputeWorker(engine_factory(config.engine, config.voice))
+        lanes = 1 if config.agent_model is not None else config.lanes
+        self.worker = worker or ComputeWorker(
+            engine_factory(config.engine, config.voice, lanes), lanes=lanes
+        )
         self.app: VoicewsApp | None = None
         self._uvicorn: _Embedded | None = None
         self._task: asyncio.Task[None] | None = None

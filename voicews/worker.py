@@ -1,10 +1,12 @@
-"""The compute worker: one thread owns the engine and runs every session's synthesis.
+"""The compute worker: it owns the engine and runs every session's synthesis.
 
 Jobs are scheduled by urgency, one engine chunk at a time: a turn's first segment goes before
 any later segment, and later segments go in order of playback deadline (the session whose
 listener runs dry first). A running job is resumed chunk by chunk from its generator, so a
 first segment arriving mid-job overtakes it at the next chunk. Each session has at most one
-job queued, so the queue is bounded by the number of sessions.
+job queued, so the queue is bounded by the number of sessions. An engine that can run on
+several threads at once (onnxruntime on a CPU) is served by several lanes taking from the same
+queue: on a CPU, two single-threaded inferences side by side do more than one on two threads.
 """
 
 from __future__ import annotations
@@ -80,41 +82,60 @@ class WorkerStats:
     jobs_done: int = 0
     jobs_failed: int = 0
     busy_seconds: float = 0.0
+    lanes: int = 1
     _steps: deque[tuple[float, float]] = field(default_factory=deque, repr=False)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def record(self, end: float, seconds: float) -> None:
-        """One engine step (on the worker thread)."""
-        self.busy_seconds += seconds
-        self._steps.append((end, seconds))
-        while self._steps and self._steps[0][0] < end - _BUSY_WINDOW:
-            self._steps.popleft()
+        """One engine step (on a lane's thread)."""
+        with self._lock:
+            self.busy_seconds += seconds
+            self._steps.append((end, seconds))
+            while self._steps and self._steps[0][0] < end - _BUSY_WINDOW:
+                self._steps.popleft()
+
+    def count(self, failed: bool) -> None:
+        with self._lock:
+            if failed:
+                self.jobs_failed += 1
+            else:
+                self.jobs_done += 1
 
     def busy_ratio(self) -> float:
-        """Share of the last ``_BUSY_WINDOW`` seconds spent computing."""
+        """Share of the lanes' time in the last ``_BUSY_WINDOW`` seconds spent computing."""
         since = time.perf_counter() - _BUSY_WINDOW
-        busy = sum(seconds for end, seconds in list(self._steps) if end >= since)
-        return min(1.0, busy / _BUSY_WINDOW)
+        with self._lock:
+            busy = sum(seconds for end, seconds in self._steps if end >= since)
+        return min(1.0, busy / (_BUSY_WINDOW * self.lanes))
 
 
 class ComputeWorker:
-    """Start it once; ``submit`` and ``cancel`` are safe from any thread."""
+    """Start it once; ``submit`` and ``cancel`` are safe from any thread.
 
-    def __init__(self, engine_factory: Callable[[], Engine]) -> None:
+    ``lanes`` threads take jobs from the one queue, in the same order, where the engine can
+    run on several threads at once (``Engine.concurrent``); otherwise, and for ``work`` jobs
+    (MLX is bound to the thread that made it), there is one.
+    """
+
+    def __init__(self, engine_factory: Callable[[], Engine], lanes: int = 1) -> None:
+        if lanes < 1:
+            raise ValueError(f"lanes must be at least 1, not {lanes}")
         self._factory = engine_factory
+        self._lanes = lanes
         self._heap: list[tuple[int, float, int, Job]] = []
         self._seq = itertools.count()
         self._cond = threading.Condition()
         self._stopping = False
         self._ready = threading.Event()
         self._load_error: BaseException | None = None
-        self._thread = threading.Thread(target=self._run, name="voicews-compute", daemon=True)
+        self._threads = [threading.Thread(target=self._run, name="voicews-compute", daemon=True)]
         self.engine_name = ""
         self.sample_rate = 0
         self.stats = WorkerStats()
 
     def start(self) -> None:
-        """Start the thread and wait until it has built the engine."""
-        self._thread.start()
+        """Start the first lane, wait until it has built the engine, then the others."""
+        self._threads[0].start()
         self._ready.wait()
         if self._load_error is not None:
             raise RuntimeError(f"engine failed to load: {self._load_error}") from self._load_error
@@ -122,10 +143,13 @@ class ComputeWorker:
     def stop(self) -> None:
         with self._cond:
             self._stopping = True
-            self._cond.notify()
-        self._thread.join()
+            self._cond.notify_all()
+        for thread in self._threads:
+            thread.join()
 
     def submit(self, job: Job) -> None:
+        if job.work is not None and self.stats.lanes > 1:
+            raise ValueError("work jobs need a worker with one lane")
         with self._cond:
             self._push(job)
             self._cond.notify()
@@ -150,7 +174,17 @@ class ComputeWorker:
             self._load_error = exc
             self._ready.set()
             return
+        self.stats.lanes = self._lanes if engine.concurrent else 1
+        for lane in range(1, self.stats.lanes):
+            thread = threading.Thread(
+                target=self._serve, args=(engine,), name=f"voicews-compute-{lane}", daemon=True
+            )
+            self._threads.append(thread)
+            thread.start()
         self._ready.set()
+        self._serve(engine)
+
+    def _serve(self, engine: Engine) -> None:
         while True:
             with self._cond:
                 while not self._heap and not self._stopping:
@@ -178,14 +212,14 @@ class ComputeWorker:
             item = next(job._chunks, None)
         except Exception as exc:
             log.exception("synthesis failed for %r", job.text[:80])
-            self.stats.jobs_failed += 1
+            self.stats.count(failed=True)
             job.on_event(JobFailed(f"{type(exc).__name__}: {exc}"))
             return False
         if job.cancelled:
             _close(job)
             return False
         if item is None:
-            self.stats.jobs_done += 1
+            self.stats.count(failed=False)
             job.on_event(JobDone())
             return False
         match item:

@@ -33,10 +33,13 @@ Audio = npt.NDArray[np.float32]
 
 
 class Engine(Protocol):
-    """A speech engine owned by the compute worker; used from that one thread only."""
+    """A speech engine owned by the compute worker: used from its one thread, or from its
+    lanes' threads where the engine is ``concurrent``."""
 
     name: str
     sample_rate: int
+    concurrent: bool
+    """``synthesize`` may run on several threads at once (the worker's lanes)."""
 
     def synthesize(self, text: str, options: SynthesisOptions) -> Iterator[Audio | WordStarts]:
         """Yield mono float32 chunks in [-1, 1] as they are computed (and, optionally, the

@@ -6,7 +6,9 @@ differently licensed engine can replace it without touching the rest of the serv
 
 from __future__ import annotations
 
+import json
 import logging
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -14,7 +16,7 @@ import numpy as np
 
 from ..cache import cache_dir, file_key, write_atomically
 from .base import Audio, SynthesisOptions, WordStarts
-from .piper_words import WordPlacer
+from .piper_words import WordPlacer, phonemize
 
 log = logging.getLogger(__name__)
 
@@ -50,35 +52,53 @@ def with_durations(model: Path) -> Path:
 
 
 class PiperEngine:
-    """One Piper voice; ``voice`` is a ``.onnx`` path with its ``.onnx.json`` beside it."""
+    """One Piper voice; ``voice`` is a ``.onnx`` path with its ``.onnx.json`` beside it.
+
+    ``lanes``: how many threads will call ``synthesize`` at once; each inference then gets
+    its share of the cores (onnxruntime's default, all of them, when there is one lane).
+    """
 
     name = "piper"
+    concurrent = True  # onnxruntime sessions run concurrently; espeak-ng is locked
 
-    def __init__(self, voice: str | Path | None = None) -> None:
+    def __init__(self, voice: str | Path | None = None, lanes: int = 1) -> None:
+        import onnxruntime
         from piper import PiperVoice, SynthesisConfig
+        from piper.config import PiperConfig
 
         model = Path(voice) if voice else bundled_voice()
-        config = model.with_name(model.name + ".json")
-        if not model.is_file() or not config.is_file():
-            raise FileNotFoundError(f"Piper voice needs {model} and {config}")
-        self._voice = PiperVoice.load(with_durations(model), config)
+        config_path = model.with_name(model.name + ".json")
+        if not model.is_file() or not config_path.is_file():
+            raise FileNotFoundError(f"Piper voice needs {model} and {config_path}")
+        options = onnxruntime.SessionOptions()
+        if lanes > 1:
+            options.intra_op_num_threads = max(1, len(os.sched_getaffinity(0)) // lanes)
+        session = onnxruntime.InferenceSession(
+            str(with_durations(model)), sess_options=options, providers=["CPUExecutionProvider"]
+        )
+        config = PiperConfig.from_dict(json.loads(config_path.read_text(encoding="utf-8")))
+        self._voice = PiperVoice(session=session, config=config)
         self._words = WordPlacer(self._voice)
         self._config_type = SynthesisConfig
-        self._length_scale = self._voice.config.length_scale
-        self.sample_rate: int = self._voice.config.sample_rate
+        self._length_scale = config.length_scale
+        self.sample_rate: int = config.sample_rate
 
     def synthesize(self, text: str, options: SynthesisOptions) -> Iterator[Audio | WordStarts]:
         # No per-chunk normalization: it would change loudness from one segment to the next.
         config = self._config_type(
             length_scale=self._length_scale / options.speed, normalize_audio=False
         )
-        timed, sentences = [], 0
-        for chunk in self._voice.synthesize(text, syn_config=config, include_alignments=True):
-            sentences += 1
-            if chunk.phoneme_id_samples is not None:  # None: a voice without the durations
-                timed.append((chunk.phonemes, chunk.phoneme_id_samples))
-            yield chunk.audio_float_array.astype(np.float32, copy=False)
-        if timed and len(timed) == sentences:
+        sentences = [p for p in phonemize(self._voice, text) if p]
+        timed = []
+        for phonemes in sentences:  # one inference per sentence, as piper-tts does
+            ids = self._voice.phonemes_to_ids(phonemes)
+            audio, id_samples = self._voice.phoneme_ids_to_audio(
+                ids, config, include_alignments=True
+            )
+            if id_samples is not None:  # None: a voice without the duration output
+                timed.append((phonemes, id_samples))
+            yield np.clip(audio, -1.0, 1.0).astype(np.float32)
+        if timed and len(timed) == len(sentences):
             placed = self._words.place(text, timed)
             if placed is not None:
                 yield placed

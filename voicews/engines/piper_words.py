@@ -4,6 +4,7 @@ phonemes, then to the text's words (see :mod:`voicews.alignment`)."""
 from __future__ import annotations
 
 import functools
+import threading
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
@@ -17,6 +18,13 @@ if TYPE_CHECKING:
     from piper import PiperVoice
 
 BOS, EOS, PAD = "^", "$", "_"
+_ESPEAK = threading.Lock()
+
+
+def phonemize(voice: PiperVoice, text: str) -> list[list[str]]:
+    """Piper's phonemes per sentence. espeak-ng keeps global state: one caller at a time."""
+    with _ESPEAK:
+        return voice.phonemize(text)
 
 
 class WordPlacer:
@@ -59,4 +67,4 @@ class WordPlacer:
     @functools.lru_cache(maxsize=4096)  # noqa: B019 - one placer per engine, words repeat
     def _phonemes(self, word: str) -> list[str]:
         """A word's phonemes, phonemized alone (they are aligned against the sentence's)."""
-        return [p for sentence in self._voice.phonemize(word) for p in sentence]
+        return [p for sentence in phonemize(self._voice, word) for p in sentence]

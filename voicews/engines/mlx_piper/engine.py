@@ -64,6 +64,7 @@ class MlxPiperEngine:
     """One Piper voice (``.onnx`` with its ``.onnx.json``) on MLX's default device."""
 
     name = "mlx-piper"
+    concurrent = False  # MLX streams belong to the thread that made them
 
     def __init__(
         self,
