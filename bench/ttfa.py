@@ -9,6 +9,7 @@ at LLM-like token rates and measures what a real-time listener gets. By default 
     python bench/ttfa.py --rates 20 --repeats 3 --json ttfa.json
     python bench/ttfa.py --stall-guard-ms 600 --idle-flush-ms 300
     python bench/ttfa.py --compare-first-words 1,2,3   # eager start vs stalls, side by side
+    python bench/ttfa.py --lanes 1,2              # compute lanes, one after the other
 
 Per run: TTFA (first delta sent -> first audio frame received), stall (silence heard by a
 listener who starts playing at the first frame), end -> last audio (``end_text`` sent -> last
@@ -87,6 +88,7 @@ class Variant:
 
     label: str
     session: SessionConfig | None  # None: a remote server, its configuration unknown
+    lanes: int = ServerConfig().lanes
 
     @property
     def first_words(self) -> str:
@@ -171,7 +173,7 @@ async def measure_variant(
     server = None
     if url is None:
         assert variant.session is not None
-        server = VoicewsServer(ServerConfig(port=0, session=variant.session))
+        server = VoicewsServer(ServerConfig(port=0, session=variant.session, lanes=variant.lanes))
         await server.start()
         url = server.url
     try:
@@ -225,9 +227,10 @@ def variants(args: argparse.Namespace) -> list[Variant]:
     base = session_config(SessionConfig(), args.idle_flush_ms, args.stall_guard_ms, None)
     first_words = args.compare_first_words or [args.first_words]
     out = []
-    for words in first_words:
-        config = session_config(base, None, None, words)
-        out.append(Variant(describe(config), config))
+    for lanes in args.lanes:
+        for words in first_words:
+            config = session_config(base, None, None, words)
+            out.append(Variant(f"{describe(config)} lanes={lanes}", config, lanes))
     return out
 
 
@@ -259,6 +262,13 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         type=int_list,
         metavar="N,N,...",
         help="run everything once per first_words value and compare",
+    )
+    parser.add_argument(
+        "--lanes",
+        type=int_list,
+        default=[ServerConfig().lanes],
+        metavar="N,N,...",
+        help="compute lanes of the in-process server; several run one after the other",
     )
     parser.add_argument("--json", type=Path, metavar="PATH", help="write raw numbers here")
     args = parser.parse_args(argv)
@@ -340,6 +350,7 @@ def write_json(path: Path, args: argparse.Namespace, results: Results, version: 
         "variants": [
             {
                 "label": variant.label,
+                "lanes": variant.lanes,
                 "session": None if variant.session is None else _session_fields(variant.session),
                 "by_rate": [
                     {
