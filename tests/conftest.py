@@ -14,8 +14,9 @@ from dataclasses import dataclass, replace
 
 import pytest
 
+from voicews.audio import Audio
 from voicews.client import RealtimeClient
-from voicews.engines.base import Audio, Engine, SynthesisOptions, WordStarts
+from voicews.engines.base import Engine, SynthesisOptions, WordStarts
 from voicews.server import ServerConfig, VoicewsServer
 from voicews.session import SessionConfig
 

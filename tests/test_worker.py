@@ -9,8 +9,9 @@ from collections.abc import Iterator
 import pytest
 
 from conftest import FailsOnMarker
+from voicews.audio import Audio
 from voicews.engines import engine_factory
-from voicews.engines.base import Audio, Engine, SynthesisOptions, WordStarts
+from voicews.engines.base import Engine, SynthesisOptions, WordStarts
 from voicews.worker import (
     ComputeWorker,
     Job,

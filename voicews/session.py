@@ -179,7 +179,6 @@ class _Turn:
     samples_sent: int = 0
     samples_played: int | None = None  # as the client last reported
     spoken: list[tuple[int, str]] = field(default_factory=list)  # (start_sample, text)
-    segment_start: int = 0  # where the segment in synthesis starts in the turn's audio
     play_end: float | None = None  # when a real-time listener runs out of audio
     generation: GenerationRequest | None = None  # agent mode: the reply being generated
     reply: list[str] | None = None  # agent mode: the reply's text so far
@@ -298,7 +297,7 @@ class Session:
         words = turn.segment.text.split()
         if len(starts) != len(words):
             return  # an engine that miscounted: the segment stays one unit
-        base, skipped = turn.segment_start, turn.stitcher.skipped
+        base, skipped = turn.spoken[-1][0], turn.stitcher.skipped  # the segment's start
         marks = [
             WordMark(text=word, start_sample=base + max(0, start - skipped))
             for word, start in zip(words, starts, strict=True)
@@ -688,7 +687,6 @@ class Session:
                 )
             )
             turn.spoken.append((turn.samples_queued, turn.segment.text))
-            turn.segment_start = turn.samples_queued
             turn.announced = True
         for pcm in frames(to_pcm16(audio), self._frame_samples):
             frame = AudioFrame(turn.id, turn.seq, turn.samples_queued, pcm)

@@ -20,7 +20,8 @@ from collections import deque
 from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass, field
 
-from .engines.base import Audio, Engine, SynthesisOptions, WordStarts
+from .audio import Audio
+from .engines.base import Engine, SynthesisOptions, WordStarts
 
 log = logging.getLogger(__name__)
 _BUSY_WINDOW = 10.0

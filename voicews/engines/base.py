@@ -6,8 +6,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Protocol
 
-import numpy as np
-import numpy.typing as npt
+from ..audio import Audio
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,9 +26,6 @@ class WordStarts:
     once, after the audio; the session maps it onto the turn's stream."""
 
     samples: tuple[int, ...]
-
-
-Audio = npt.NDArray[np.float32]
 
 
 class Engine(Protocol):

@@ -14,8 +14,9 @@ from pathlib import Path
 
 import numpy as np
 
+from ..audio import Audio
 from ..cache import cache_dir, file_key, write_atomically
-from .base import Audio, SynthesisOptions, WordStarts
+from .base import SynthesisOptions, WordStarts
 from .piper_words import WordPlacer, phonemize
 
 log = logging.getLogger(__name__)

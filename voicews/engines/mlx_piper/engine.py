@@ -27,8 +27,9 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ..base import Audio, SynthesisOptions, WordStarts
-from ..piper_words import WordPlacer
+from ...audio import Audio
+from ..base import SynthesisOptions, WordStarts
+from ..piper_words import WordPlacer, phonemize
 
 if TYPE_CHECKING:
     from .model import PiperVits
@@ -119,7 +120,7 @@ class MlxPiperEngine:
     def _sentences(self, text: str) -> list[tuple[list[str], list[int]]]:
         return [
             (phonemes, self._phonemizer.phonemes_to_ids(phonemes))
-            for phonemes in self._phonemizer.phonemize(text)
+            for phonemes in phonemize(self._phonemizer, text)
             if phonemes
         ]
 
