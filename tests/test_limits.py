@@ -12,7 +12,7 @@ from websockets.exceptions import ConnectionClosed, InvalidStatus
 
 from conftest import TEST_CONFIG, http_get, running, timeout, with_session
 from voicews.client import RealtimeClient
-from voicews.errors import ErrorCode
+from voicews.errors import CloseCode, ErrorCode
 from voicews.protocol import Error, TurnDone
 
 
@@ -66,7 +66,7 @@ async def test_idle_session_gets_an_error_and_a_normal_close() -> None:
         assert isinstance(event, Error) and event.code == ErrorCode.IDLE_TIMEOUT
         with pytest.raises(ConnectionClosed) as closed:
             await c.recv(timeout(5))
-        assert closed.value.rcvd is not None and closed.value.rcvd.code == 1000
+        assert closed.value.rcvd is not None and closed.value.rcvd.code == CloseCode.NORMAL_CLOSURE
 
 
 async def test_turn_over_the_duration_limit_is_cut() -> None:

@@ -29,6 +29,7 @@ from websockets.exceptions import ConnectionClosed
 
 from conftest import timeout
 from voicews.client import RealtimeClient, SpokenTurn
+from voicews.errors import CloseCode
 from voicews.protocol import AudioFrame, SegmentStarted
 
 CONF = Path(__file__).parent.parent / "deploy" / "nginx" / "voicews.conf"
@@ -398,7 +399,7 @@ async def stop_one_under_load(cluster: Cluster, clients: list[RealtimeClient]) -
         "nginx never tried the draining instance, so its failover was not exercised"
     )
 
-    # The turn that was under way finishes whole; then its session is closed with 1001.
+    # The turn that was under way finishes whole; then its session is closed, going away.
     await draining.text_delta(" and it still finished.")
     await draining.end_text()
     await asyncio.wait_for(draining.collect(turn), timeout(30))
@@ -407,7 +408,7 @@ async def stop_one_under_load(cluster: Cluster, clients: list[RealtimeClient]) -
     assert spoken_text.startswith("This turn") and spoken_text.endswith("finished."), spoken_text
     with pytest.raises(ConnectionClosed):
         await draining.recv(timeout(10))
-    assert draining.ws.close_code == 1001, draining.ws.close_code
+    assert draining.ws.close_code == CloseCode.GOING_AWAY, draining.ws.close_code
     await asyncio.wait_for(asyncio.to_thread(stopped.process.wait), timeout(20))
     assert stopped.process.returncode == 0, tail(stopped.log)
 

@@ -6,7 +6,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from voicews.errors import ErrorCode
+from voicews.errors import CloseCode, ErrorCode
 from voicews.protocol import (
     AudioFrame,
     Cancel,
@@ -329,7 +329,7 @@ def test_idle_session_is_closed_after_the_idle_timeout() -> None:
     assert s.close_request is None
     s.tick(40.0)
     assert errors(drain(s)) == [ErrorCode.IDLE_TIMEOUT]
-    assert s.close_request is not None and s.close_request.code == 1000
+    assert s.close_request is not None and s.close_request.code == CloseCode.NORMAL_CLOSURE
 
 
 def test_idle_clock_starts_when_a_turn_ends() -> None:
@@ -375,7 +375,7 @@ def test_draining_finishes_the_turn_then_asks_to_close() -> None:
         samples=sum(i.samples for i in items if isinstance(i, AudioFrame)),
         cancelled=False,
     )
-    assert s.close_request is not None and s.close_request.code == 1001
+    assert s.close_request is not None and s.close_request.code == CloseCode.GOING_AWAY
 
 
 def test_stats_record_first_audio_stalls_and_outcomes() -> None:

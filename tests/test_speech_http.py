@@ -87,22 +87,25 @@ async def test_pcm_format_and_speed(server: VoicewsServer) -> None:
 
 async def test_bad_requests_get_clear_errors(server: VoicewsServer) -> None:
     cases = [
-        (b"{not json", 400, b"not valid JSON"),
-        (b'{"input": ""}', 400, b"input"),
-        (b'{"input": "hi", "response_format": "mp3"}', 400, b"response_format"),
-        (b'{"input": "hi", "speed": 9}', 400, b"speed"),
-        (json.dumps({"input": "x" * 9000}).encode(), 413, b"characters"),
+        (b"{not json", 400, "invalid_request", "not valid JSON"),
+        (b'{"input": ""}', 400, "invalid_request", "input"),
+        (b'{"input": "hi", "response_format": "mp3"}', 400, "invalid_request", "response_format"),
+        (b'{"input": "hi", "speed": 9}', 400, "invalid_request", "speed"),
+        (json.dumps({"input": "x" * 9000}).encode(), 413, "input_too_long", "characters"),
+        (b" " * (1 << 20) + b"{}", 413, "request_too_large", "body"),
     ]
-    for body, expected, mention in cases:
+    for body, expected, code, mention in cases:
         status, _, reader, writer = await post(server.port, body)
-        text = await asyncio.wait_for(reader.read(), timeout(5))
+        error = json.loads(await asyncio.wait_for(reader.read(), timeout(5)))["error"]
         writer.close()
-        assert status == expected, body
-        assert mention in text, text
+        assert (status, error["code"]) == (expected, code), body[:40]
+        assert mention in error["message"], error
     reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
-    writer.write(b"GET /v1/audio/speech HTTP/1.1\r\nHost: t\r\n\r\n")
-    assert (await reader.readline()).startswith(b"HTTP/1.1 405")
+    writer.write(b"GET /v1/audio/speech HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n")
+    response = await asyncio.wait_for(reader.read(), timeout(5))
     writer.close()
+    assert response.startswith(b"HTTP/1.1 405") and b"\r\nallow: POST\r\n" in response
+    assert json.loads(response.partition(b"\r\n\r\n")[2])["error"]["code"] == "method_not_allowed"
 
 
 async def test_errors_are_json_in_the_openai_shape(server: VoicewsServer) -> None:

@@ -16,13 +16,14 @@ from prometheus_client import CONTENT_TYPE_LATEST
 
 from . import access, logs
 from .agent import AgentBackend
-from .asgi import Receive, Scope, Send, headers_of, refuse_websocket, respond
+from .asgi import Receive, Scope, Send, headers_of, refuse, refuse_websocket, respond
 from .driver import SessionDriver
+from .errors import ErrorCode, VoicewsError
 from .metrics import Metrics
 from .protocol import REALTIME_PATH
 from .realtime import RealtimeConnection
 from .session import Session, SessionConfig
-from .speech import refuse, speech
+from .speech import speech
 from .worker import ComputeWorker
 
 SPEECH_PATH = "/v1/audio/speech"
@@ -84,16 +85,25 @@ class VoicewsApp:
 
     # --- admission ------------------------------------------------------------------------
 
-    def _admit(self, scope: Scope) -> access.Refusal | None:
+    def _admit(self, scope: Scope) -> None:
+        """Raise the refusal (logged and counted) if this request may not open a session."""
         refusal = access.check(self.config.access, headers_of(scope), scope["query_string"])
-        if refusal is not None:
-            return refusal
-        if self.draining:
-            return access.Refusal(503, "server shutting down")
         limit = self.config.session.max_sessions
-        if len(self.sessions) >= limit:
-            return access.Refusal(503, f"server full: {limit} sessions")
-        return None
+        if refusal is None and self.draining:
+            refusal = VoicewsError(ErrorCode.SHUTTING_DOWN, "server shutting down")
+        elif refusal is None and len(self.sessions) >= limit:
+            refusal = VoicewsError(ErrorCode.SERVER_FULL, f"server full: {limit} sessions")
+        if refusal is None:
+            return
+        self.metrics.sessions_refused.labels(str(refusal.status)).inc()
+        logs.event(
+            "refused",
+            path=scope["path"],
+            status=refusal.status,
+            reason=refusal.message,
+            client=_client(scope),
+        )
+        raise refusal
 
     def _open(self, config: SessionConfig) -> Session:
         session = Session(uuid.uuid4().hex, self.worker.sample_rate, config)
@@ -108,29 +118,18 @@ class VoicewsApp:
         if not self.sessions:
             self._idle.set()
 
-    def _refused(self, scope: Scope, refusal: access.Refusal) -> None:
-        self.metrics.sessions_refused.labels(str(refusal.status)).inc()
-        logs.event(
-            "refused",
-            path=scope["path"],
-            status=refusal.status,
-            reason=refusal.reason,
-            client=_client(scope),
-        )
-
     # --- WebSocket ------------------------------------------------------------------------
 
     async def _websocket(self, scope: Scope, receive: Receive, send: Send) -> None:
         await receive()  # websocket.connect
-        if scope["path"] != REALTIME_PATH:
-            await refuse_websocket(
-                send, 404, f"not found; the realtime endpoint is {REALTIME_PATH}"
-            )
-            return
-        refusal = self._admit(scope)
-        if refusal is not None:
-            self._refused(scope, refusal)
-            await refuse_websocket(send, refusal.status, refusal.reason)
+        try:
+            if scope["path"] != REALTIME_PATH:
+                raise VoicewsError(
+                    ErrorCode.NOT_FOUND, f"not found; the realtime endpoint is {REALTIME_PATH}"
+                )
+            self._admit(scope)
+        except VoicewsError as refusal:
+            await refuse_websocket(send, refusal)
             return
         await send({"type": "websocket.accept"})
         session = self._open(self.config.session)
@@ -180,24 +179,21 @@ class VoicewsApp:
         if method == "OPTIONS":  # a browser's preflight for a cross-origin POST
             await respond(send, 204, b"", headers=[*cors, *_PREFLIGHT])
             return
-        if method != "POST":
-            await refuse(send, 405, "method_not_allowed", "use POST", [*cors, (b"allow", b"POST")])
-            return
-        refusal = self._admit(scope)
-        if refusal is not None:
-            self._refused(scope, refusal)
-            extra = [(b"www-authenticate", b"Bearer")] if refusal.status == 401 else []
-            await refuse(send, refusal.status, "refused", refusal.reason, [*cors, *extra])
-            return
-        # One request is one whole turn: its text may all wait in the backlog at once.
-        config = self.config.session
-        session = self._open(replace(config, max_pending_text_chars=config.max_turn_text_chars))
-        self.metrics.http_speech.inc()
-        try:
-            driver = SessionDriver(session, self.worker, self.metrics.observe)
-            await speech(driver, receive, send, self.config.voice_name, cors)
-        finally:
-            self._closed(session)
+        try:  # every refusal of the endpoint, before its response starts
+            if method != "POST":
+                raise VoicewsError(ErrorCode.METHOD_NOT_ALLOWED, "use POST")
+            self._admit(scope)
+            # One request is one whole turn: its text may all wait in the backlog at once.
+            config = self.config.session
+            session = self._open(replace(config, max_pending_text_chars=config.max_turn_text_chars))
+            self.metrics.http_speech.inc()
+            try:
+                driver = SessionDriver(session, self.worker, self.metrics.observe)
+                await speech(driver, receive, send, self.config.voice_name, cors)
+            finally:
+                self._closed(session)
+        except VoicewsError as refusal:
+            await refuse(send, refusal, cors)
 
     def _cors(self, origin: str | None) -> list[tuple[bytes, bytes]]:
         """CORS headers for the speech endpoint: any origin, or those on the allow-list."""

@@ -15,7 +15,7 @@ from typing import Annotated, Any, Literal
 import msgpack
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
-from .errors import ErrorCode, VoicewsError
+from .errors import SESSION_CODES, ErrorCode, VoicewsError
 
 PROTOCOL_VERSION = 1
 REALTIME_PATH = "/v1/realtime"
@@ -223,7 +223,7 @@ class Error(_Event):
     """A refusal; ``code`` is one of :class:`ErrorCode`, and later versions may add codes."""
 
     type: Literal["error"] = "error"
-    code: str = Field(json_schema_extra={"examples": [c.value for c in ErrorCode]})
+    code: str = Field(json_schema_extra={"examples": [c.value for c in SESSION_CODES]})
     message: str
     turn_id: str | None = None
 

@@ -50,7 +50,7 @@ class RealtimeConnection:
         return sender.result() if sender.done() and not sender.cancelled() else None
 
     def drain(self) -> None:
-        """Server shutdown: let the current turn finish, then close with 1001."""
+        """Server shutdown: let the current turn finish, then close (going away)."""
         self.session.drain(self.driver.now())
         self.driver.sync()
 

@@ -2,7 +2,7 @@
 
 uvicorn moves the bytes (HTTP/1.1 through h11, WebSocket through the sans-I/O protocol of
 ``websockets``); the app decides. Shutdown drains first: new sessions are refused, live turns
-finish up to ``drain_timeout``, sessions close with 1001, then uvicorn stops.
+finish up to ``drain_timeout``, sessions close (going away), then uvicorn stops.
 """
 
 from __future__ import annotations

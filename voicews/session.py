@@ -18,7 +18,7 @@ from dataclasses import dataclass, field, replace
 
 from .audio import Audio, StitchConfig, Stitcher, frames, to_pcm16
 from .engines.base import SynthesisOptions
-from .errors import ErrorCode, VoicewsError
+from .errors import CloseCode, ErrorCode, VoicewsError
 from .protocol import (
     AudioFormat,
     AudioFrame,
@@ -129,7 +129,7 @@ class SessionStats:
 class Close:
     """The session asks its connection to close once the outbox is sent."""
 
-    code: int
+    code: CloseCode
     reason: str
 
 
@@ -373,7 +373,7 @@ class Session:
                     f"no turn and no message for {self.config.idle_timeout_s:g} s; closing",
                 )
             )
-            self.close_request = Close(1000, "idle timeout")
+            self.close_request = Close(CloseCode.NORMAL_CLOSURE, "idle timeout")
         self._pump(now)
 
     def close(self) -> None:
@@ -617,7 +617,7 @@ class Session:
 
     def _close_if_drained(self) -> None:
         if self._draining and self._turn is None and self.close_request is None:
-            self.close_request = Close(1001, "server shutting down")
+            self.close_request = Close(CloseCode.GOING_AWAY, "server shutting down")
 
     def _urgency(self, turn: _Turn, now: float) -> Urgency:
         idle = not turn.closed and now - turn.last_delta >= self.config.idle_flush_ms / 1000

@@ -16,8 +16,9 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from . import logs
-from .asgi import Receive, Send, respond
+from .asgi import Receive, Send
 from .driver import SessionDriver
+from .errors import ErrorCode, VoicewsError
 from .protocol import AudioFrame, EndText, Error, SessionUpdate, TextDelta, TurnDone, TurnReset
 
 _MAX_BODY = 1 << 20
@@ -68,21 +69,19 @@ async def speech(
     voice: str,
     headers: list[tuple[bytes, bytes]],
 ) -> None:
-    """Serve one request; the session must allow a whole turn's text as backlog."""
+    """Serve one request; the session must allow a whole turn's text as backlog. A request
+    refused before the response starts raises :class:`VoicewsError`."""
     body = await read_body(receive, _MAX_BODY)
     if body is None:
-        await refuse(send, 413, "request_too_large", f"body over {_MAX_BODY} bytes", headers)
-        return
+        raise VoicewsError(ErrorCode.REQUEST_TOO_LARGE, f"body over {_MAX_BODY} bytes")
     try:
         request = SpeechRequest.model_validate(json.loads(body or b"null"))
     except (ValueError, ValidationError) as exc:
-        await refuse(send, 400, "invalid_request", _describe(exc), headers)
-        return
+        raise VoicewsError(ErrorCode.INVALID_REQUEST, _describe(exc)) from None
     session, now = driver.session, driver.now()
     limit = session.config.max_turn_text_chars
     if len(request.input) > limit:
-        await refuse(send, 413, "input_too_long", f"input over {limit} characters", headers)
-        return
+        raise VoicewsError(ErrorCode.INPUT_TOO_LONG, f"input over {limit} characters")
     for message in (
         SessionUpdate(speed=request.speed),
         TurnReset(turn_id="speech"),
@@ -147,14 +146,6 @@ async def _stream(
 async def _disconnected(receive: Receive) -> None:
     while (await receive())["type"] != "http.disconnect":
         pass
-
-
-async def refuse(
-    send: Send, status: int, code: str, message: str, headers: list[tuple[bytes, bytes]]
-) -> None:
-    """Errors in the shape OpenAI clients read: ``{"error": {"code", "message"}}``."""
-    body = json.dumps({"error": {"code": code, "message": message}}) + "\n"
-    await respond(send, status, body, "application/json", headers)
 
 
 def _describe(exc: Exception) -> str:
