@@ -132,7 +132,7 @@ async def llm(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[LocalLL
     pytest.importorskip("mlx_lm", exc_type=ImportError)
     pytest.importorskip("tokenizers", exc_type=ImportError)
     pytest.importorskip("mlx.core", exc_type=ImportError)
-    from voicews.llm.tiny import build_tiny_model
+    from tiny_llm import build_tiny_model
 
     model_dir = build_tiny_model(tmp_path_factory.mktemp("tiny") / "model")
     llm = await LocalLLM.open(model_dir)

@@ -15,9 +15,9 @@ pytest.importorskip("mlx.core", exc_type=ImportError)
 pytest.importorskip("mlx_lm", exc_type=ImportError)
 
 from conftest import TEST_CONFIG, running, timeout
+from tiny_llm import build_tiny_model
 from voicews.client import RealtimeClient
 from voicews.errors import ErrorCode
-from voicews.llm.tiny import build_tiny_model
 from voicews.protocol import (
     AudioFrame,
     Error,

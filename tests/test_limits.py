@@ -17,7 +17,7 @@ from voicews.protocol import Error, TurnDone
 
 
 async def test_limits_are_advertised() -> None:
-    config = with_session(max_messages_per_second=7, max_sessions=3, idle_timeout_s=9.0)
+    config = replace(with_session(max_messages_per_second=7, idle_timeout_s=9.0), max_sessions=3)
     async with running(config) as srv, await RealtimeClient.connect(srv.url) as c:
         limits = c.created.limits
         assert (limits.max_messages_per_second, limits.max_sessions) == (7, 3)
@@ -40,7 +40,7 @@ async def test_messages_over_the_rate_are_refused_then_accepted_again() -> None:
 
 
 async def test_sessions_over_the_limit_are_refused_at_connect() -> None:
-    async with running(with_session(max_sessions=2)) as srv:
+    async with running(replace(TEST_CONFIG, max_sessions=2)) as srv:
         a = await RealtimeClient.connect(srv.url)
         b = await RealtimeClient.connect(srv.url)
         with pytest.raises(InvalidStatus) as refused:

@@ -15,6 +15,7 @@ from typing import Any, ClassVar
 import numpy as np
 import pytest
 
+from tiny_llm import build_tiny_model
 from voicews.cache import CACHE_ENV
 from voicews.llm.convert import (
     bundled_gguf,
@@ -24,7 +25,6 @@ from voicews.llm.convert import (
     unpermute_rope_rows,
 )
 from voicews.llm.generate import Message, PromptCache, ReplyStats, stream_reply, truncate_history
-from voicews.llm.tiny import build_tiny_model
 
 # --- truncate_history (pure; no MLX) ----------------------------------------------------------
 

@@ -60,9 +60,9 @@ def errors(items: list[Outgoing]) -> list[ErrorCode]:
 
 
 def test_created_advertises_format_and_limits() -> None:
-    created = make(max_pending_text_chars=123).created()
+    created = make(max_pending_text_chars=123).created(max_sessions=7)
     assert created.audio.sample_rate == RATE and created.protocol == 1
-    assert created.limits.max_pending_text_chars == 123
+    assert (created.limits.max_pending_text_chars, created.limits.max_sessions) == (123, 7)
 
 
 def test_turn_runs_to_done_with_ordered_frames() -> None:

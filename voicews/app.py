@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from prometheus_client import CONTENT_TYPE_LATEST
@@ -45,9 +45,12 @@ _CONTENT_TYPES = {
 
 @dataclass(frozen=True, slots=True)
 class AppConfig:
-    session: SessionConfig = field(default_factory=SessionConfig)
-    access: access.AccessPolicy = field(default_factory=access.AccessPolicy)
-    voice_name: str = "en_US-joe-medium"
+    """What the app needs of the server's configuration (``ServerConfig`` holds the defaults)."""
+
+    session: SessionConfig
+    access: access.AccessPolicy
+    voice_name: str
+    max_sessions: int
 
 
 class VoicewsApp:
@@ -88,7 +91,7 @@ class VoicewsApp:
     def _admit(self, scope: Scope) -> None:
         """Raise the refusal (logged and counted) if this request may not open a session."""
         refusal = access.check(self.config.access, headers_of(scope), scope["query_string"])
-        limit = self.config.session.max_sessions
+        limit = self.config.max_sessions
         if refusal is None and self.draining:
             refusal = VoicewsError(ErrorCode.SHUTTING_DOWN, "server shutting down")
         elif refusal is None and len(self.sessions) >= limit:
@@ -134,7 +137,10 @@ class VoicewsApp:
         await send({"type": "websocket.accept"})
         session = self._open(self.config.session)
         connection = RealtimeConnection(
-            SessionDriver(session, self.worker, self.metrics.observe, self.agent), receive, send
+            SessionDriver(session, self.worker, self.metrics.observe, self.agent),
+            receive,
+            send,
+            self.config.max_sessions,
         )
         self.connections[session.id] = connection
         if self.draining:
@@ -170,7 +176,7 @@ class VoicewsApp:
     def _readiness(self) -> str:
         if self.draining:
             return "draining"
-        if len(self.sessions) >= self.config.session.max_sessions:
+        if len(self.sessions) >= self.config.max_sessions:
             return "full"
         return "ready"
 

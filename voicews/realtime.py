@@ -19,16 +19,21 @@ from .session import Session
 
 
 class RealtimeConnection:
-    def __init__(self, driver: SessionDriver, receive: Receive, send: Send) -> None:
+    def __init__(
+        self, driver: SessionDriver, receive: Receive, send: Send, max_sessions: int
+    ) -> None:
         self.driver = driver
         self.session: Session = driver.session
+        self.max_sessions = max_sessions
         self._receive = receive
         self._send = send
 
     async def run(self) -> int | None:
         """Serve until either side closes; returns the close code the server sent, if any."""
         session = self.session
-        await self._send({"type": "websocket.send", "text": encode_event(session.created())})
+        await self._send(
+            {"type": "websocket.send", "text": encode_event(session.created(self.max_sessions))}
+        )
         session.start(self.driver.now())
         self.driver.sync()
         sender = asyncio.create_task(self._send_loop())

@@ -19,7 +19,7 @@ from . import logs
 from .access import AccessPolicy
 from .agent import AgentBackend
 from .app import AppConfig, VoicewsApp
-from .engines import engine_factory
+from .engines import BUNDLED_VOICE, engine_factory
 from .protocol import REALTIME_PATH
 from .session import AgentConfig, SessionConfig
 from .worker import ComputeWorker
@@ -47,6 +47,9 @@ class ServerConfig:
     ping_timeout: float = 20.0
     drain_timeout: float = 30.0
     """On shutdown, how long live turns may take to finish."""
+    max_sessions: int = 64
+    """Concurrent sessions, speech requests included; more are refused (HTTP 503). Each
+    session is told it in ``session_created.limits``."""
     session: SessionConfig = field(default_factory=SessionConfig)
     access: AccessPolicy = field(default_factory=AccessPolicy)
     agent_model: str | None = None
@@ -77,7 +80,7 @@ class VoicewsServer:
     async def start(self) -> None:
         logs.redact_server_logs()
         await asyncio.to_thread(self.worker.start)
-        voice = self.config.voice or "en_US-joe-medium"
+        voice = self.config.voice or BUNDLED_VOICE
         session = self.config.session
         agent = None
         if self.config.agent_model is not None:
@@ -89,6 +92,7 @@ class VoicewsServer:
                 session=session,
                 access=self.config.access,
                 voice_name=voice.rpartition("/")[2].removesuffix(".onnx"),
+                max_sessions=self.config.max_sessions,
             ),
             self.worker,
             agent,

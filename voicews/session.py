@@ -89,8 +89,6 @@ class SessionConfig:
     synthesis latency the session has been seeing; at any word once a third of it is left."""
     max_messages_per_second: int = 200
     """Sustained client message rate; bursts of one second's worth are allowed."""
-    max_sessions: int = 64
-    """Concurrent sessions per server; more are refused at connect time (HTTP 503)."""
     idle_timeout_s: float = 300.0
     """A session with no turn and no message for this long is closed."""
     max_turn_seconds: float = 600.0
@@ -99,14 +97,15 @@ class SessionConfig:
     stitch: StitchConfig = field(default_factory=StitchConfig)
     agent: AgentConfig | None = None
 
-    def limits(self) -> Limits:
+    def limits(self, max_sessions: int) -> Limits:
+        """What a session enforces, and what its server admits (``max_sessions``)."""
         return Limits(
             max_message_bytes=self.max_message_bytes,
             max_turn_text_chars=self.max_turn_text_chars,
             max_pending_text_chars=self.max_pending_text_chars,
             max_pending_audio_ms=self.max_pending_audio_ms,
             max_messages_per_second=self.max_messages_per_second,
-            max_sessions=self.max_sessions,
+            max_sessions=max_sessions,
             idle_timeout_s=self.idle_timeout_s,
             max_turn_seconds=self.max_turn_seconds,
         )
@@ -213,11 +212,11 @@ class Session:
 
     # --- inputs ---------------------------------------------------------------------------
 
-    def created(self) -> SessionCreated:
+    def created(self, max_sessions: int) -> SessionCreated:
         return SessionCreated(
             session_id=self.id,
             audio=AudioFormat(sample_rate=self.sample_rate),
-            limits=self.config.limits(),
+            limits=self.config.limits(max_sessions),
         )
 
     def admit(self, now: float) -> bool:
