@@ -16,7 +16,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -27,7 +26,7 @@ from pathlib import Path
 import pytest
 from websockets.exceptions import ConnectionClosed
 
-from conftest import timeout
+from conftest import free_port, timeout
 from voicews.client import RealtimeClient, SpokenTurn
 from voicews.errors import CloseCode
 from voicews.protocol import AudioFrame, SegmentStarted
@@ -56,13 +55,6 @@ def nginx_binary() -> str:
             pytest.fail(message + "; CI must install it", pytrace=False)
         pytest.skip(message)
     return found
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 def render_config(upstreams: list[int], listen: int) -> str:

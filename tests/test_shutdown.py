@@ -4,24 +4,16 @@ from __future__ import annotations
 
 import asyncio
 import signal
-import socket
 import sys
 
 import pytest
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 
-from conftest import timeout
+from conftest import free_port, timeout
 from voicews.client import RealtimeClient, SpokenTurn, word_pieces
 from voicews.errors import CloseCode
 
 REPLY = "Sure, here is the plan. First we pack the bags, then we drive to the coast for lunch."
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 async def test_sigterm_drains_live_turns_then_closes_going_away() -> None:
