@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from websockets.sync.client import ClientConnection, connect
 
 from conftest import running, timeout, with_session
-from voicews.errors import ErrorCode, VoicewsError
+from voicews.errors import SESSION_CODES, VoicewsError
 from voicews.protocol import (
     CLIENT_TYPES,
     AudioFrame,
@@ -36,7 +36,7 @@ from voicews.protocol import (
 from voicews.server import VoicewsServer
 from voicews.session import Session, SessionConfig
 
-KNOWN_CODES = {c.value for c in ErrorCode}
+KNOWN_CODES = {c.value for c in SESSION_CODES}
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=20),
     lambda inner: (
