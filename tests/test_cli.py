@@ -8,6 +8,8 @@ from pathlib import Path
 import pytest
 
 from voicews.cli import parser, serve_config
+from voicews.engines import BUNDLED_VOICE
+from voicews.engines.piper import bundled_voice
 from voicews.protocol import Limits
 from voicews.server import ServerConfig
 
@@ -29,6 +31,10 @@ def serve_options() -> dict[str, object]:
 def test_serve_defaults_are_the_config(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("VOICEWS_TOKENS", raising=False)
     assert serve_config(parser().parse_args(["serve"])) == ServerConfig()
+
+
+def test_the_bundled_voice_is_the_one_named() -> None:
+    assert bundled_voice().name == f"{BUNDLED_VOICE}.onnx"
 
 
 def test_readme_lists_every_serve_option_with_its_default() -> None:

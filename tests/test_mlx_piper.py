@@ -151,7 +151,7 @@ def test_server_settings_come_from_the_environment() -> None:
         "VOICEWS_MLX_OVERLAP_FRAMES": "",  # empty: the default
         "VOICEWS_MLX_DEVICE": "GPU",
     }
-    assert MlxConfig.from_env(env) == MlxConfig(chunk_frames=32, decode="overlap", device="gpu")
+    assert MlxConfig.from_env(env) == MlxConfig(chunk_frames=32, decode="overlap", device="GPU")
     assert MlxConfig.from_env({}) == MlxConfig()
     for bad in ({"VOICEWS_MLX_DECODE": "fast"}, {"VOICEWS_MLX_INITIAL_CHUNK_FRAMES": "0"}):
         with pytest.raises(ValueError, match="VOICEWS_MLX_"):

@@ -24,7 +24,7 @@ class RealtimeConnection:
     ) -> None:
         self.driver = driver
         self.session: Session = driver.session
-        self.max_sessions = max_sessions
+        self._max_sessions = max_sessions
         self._receive = receive
         self._send = send
 
@@ -32,7 +32,7 @@ class RealtimeConnection:
         """Serve until either side closes; returns the close code the server sent, if any."""
         session = self.session
         await self._send(
-            {"type": "websocket.send", "text": encode_event(session.created(self.max_sessions))}
+            {"type": "websocket.send", "text": encode_event(session.created(self._max_sessions))}
         )
         session.start(self.driver.now())
         self.driver.sync()

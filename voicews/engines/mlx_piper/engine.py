@@ -15,9 +15,9 @@ import json
 import logging
 import os
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -56,7 +56,7 @@ class MlxConfig:
     SNR against the one-shot decode was 64-103 dB with 24 frames of context, but only 24-44 dB
     with 16 and 20-34 with 12 (three sentences, 32-frame windows)."""
     device: str = ""
-    """``cpu`` or ``gpu`` to override MLX's default device."""
+    """``cpu`` or ``gpu`` (any case) to override MLX's default device."""
 
     def __post_init__(self) -> None:
         minimums = {"chunk_frames": 1, "initial_chunk_frames": 1, "overlap_frames": 0}
@@ -68,23 +68,13 @@ class MlxConfig:
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] = os.environ) -> MlxConfig:
-        """The defaults, with each ``VOICEWS_MLX_*`` variable that is set and not empty."""
-        default = cls()
-
-        def get(name: str) -> str:
-            return env.get(ENV_PREFIX + name.upper()) or ""
-
-        def number(name: str) -> int:
-            raw = get(name)
-            return int(raw) if raw else int(getattr(default, name))
-
-        return cls(
-            chunk_frames=number("chunk_frames"),
-            initial_chunk_frames=number("initial_chunk_frames"),
-            decode=get("decode") or default.decode,
-            overlap_frames=number("overlap_frames"),
-            device=get("device").lower(),
-        )
+        """The defaults, but for each ``VOICEWS_MLX_<FIELD>`` that is set and not empty."""
+        values: dict[str, Any] = {}
+        for setting in fields(cls):
+            raw = env.get(ENV_PREFIX + setting.name.upper())
+            if raw:
+                values[setting.name] = int(raw) if setting.type == "int" else raw
+        return cls(**values)
 
 
 class MlxPiperEngine:
@@ -117,8 +107,9 @@ class MlxPiperEngine:
         voice_config = PiperConfig.from_dict(json.loads(config_path.read_text(encoding="utf-8")))
         if voice_config.num_speakers > 1:
             raise NotImplementedError(f"{model.name}: multi-speaker voices are not supported")
-        if self.config.device in ("cpu", "gpu"):
-            mx.set_default_device(mx.cpu if self.config.device == "cpu" else mx.gpu)
+        device = self.config.device.lower()
+        if device in ("cpu", "gpu"):
+            mx.set_default_device(mx.cpu if device == "cpu" else mx.gpu)
         # Only piper-tts's phonemizer is used: no onnxruntime session is created.
         self._phonemizer = PiperVoice(session=None, config=voice_config)
         self._words = WordPlacer(self._phonemizer)
