@@ -11,6 +11,7 @@ import asyncio
 import uuid
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Protocol
 
 from prometheus_client import CONTENT_TYPE_LATEST
 
@@ -42,6 +43,13 @@ _CONTENT_TYPES = {
 }
 
 
+class Connection(Protocol):
+    """A live session's connection, whatever its transport (WebSocket, Wyoming)."""
+
+    def drain(self) -> None:
+        """Server shutdown: let the current turn finish, then close."""
+
+
 @dataclass(frozen=True, slots=True)
 class AppConfig:
     session: SessionConfig = field(default_factory=SessionConfig)
@@ -57,7 +65,7 @@ class VoicewsApp:
         self.worker = worker
         self.agent = agent
         self.sessions: dict[str, Session] = {}
-        self.connections: dict[str, RealtimeConnection] = {}
+        self.connections: dict[str, Connection] = {}
         self.metrics = Metrics(worker, self.sessions)
         self.draining = False
         self._idle = asyncio.Event()
@@ -88,6 +96,10 @@ class VoicewsApp:
         refusal = access.check(self.config.access, headers_of(scope), scope["query_string"])
         if refusal is not None:
             return refusal
+        return self.capacity_refusal()
+
+    def capacity_refusal(self) -> access.Refusal | None:
+        """Draining or full: refused on every path (WebSocket, HTTP, Wyoming)."""
         if self.draining:
             return access.Refusal(503, "server shutting down")
         limit = self.config.session.max_sessions
@@ -95,14 +107,14 @@ class VoicewsApp:
             return access.Refusal(503, f"server full: {limit} sessions")
         return None
 
-    def _open(self, config: SessionConfig) -> Session:
+    def open_session(self, config: SessionConfig) -> Session:
         session = Session(uuid.uuid4().hex, self.worker.sample_rate, config)
         self.sessions[session.id] = session
         self._idle.clear()
         self.metrics.sessions_opened.inc()
         return session
 
-    def _closed(self, session: Session) -> None:
+    def close_session(self, session: Session) -> None:
         self.sessions.pop(session.id, None)
         self.connections.pop(session.id, None)
         if not self.sessions:
@@ -133,7 +145,7 @@ class VoicewsApp:
             await refuse_websocket(send, refusal.status, refusal.reason)
             return
         await send({"type": "websocket.accept"})
-        session = self._open(self.config.session)
+        session = self.open_session(self.config.session)
         connection = RealtimeConnection(
             SessionDriver(session, self.worker, self.metrics.observe, self.agent), receive, send
         )
@@ -145,7 +157,7 @@ class VoicewsApp:
         try:
             code = await connection.run()
         finally:
-            self._closed(session)
+            self.close_session(session)
             logs.event("session_close", session=session.id, code=code)
 
     # --- HTTP -----------------------------------------------------------------------------
@@ -191,13 +203,15 @@ class VoicewsApp:
             return
         # One request is one whole turn: its text may all wait in the backlog at once.
         config = self.config.session
-        session = self._open(replace(config, max_pending_text_chars=config.max_turn_text_chars))
+        session = self.open_session(
+            replace(config, max_pending_text_chars=config.max_turn_text_chars)
+        )
         self.metrics.http_speech.inc()
         try:
             driver = SessionDriver(session, self.worker, self.metrics.observe)
             await speech(driver, receive, send, self.config.voice_name, cors)
         finally:
-            self._closed(session)
+            self.close_session(session)
 
     def _cors(self, origin: str | None) -> list[tuple[bytes, bytes]]:
         """CORS headers for the speech endpoint: any origin, or those on the allow-list."""
