@@ -168,14 +168,14 @@ async def _speak(
             await client.turn_reset(turn_id)
             await client.text_delta(first)
             sender = asyncio.create_task(_send_rest(client, texts))
-            done = False
+            receiver = asyncio.create_task(_receive(client, turn_id, emitter))
+            completed = False
             try:
-                await _receive(client, turn_id, emitter)
-                done = True
-                await sender
+                await asyncio.gather(sender, receiver)
+                completed = True
             finally:
-                sender.cancel()
-                if not done:  # closed early or failed: stop the turn on the server
+                await utils.aio.gracefully_cancel(sender, receiver)
+                if not completed:  # closed early or failed: stop the turn on the server
                     with contextlib.suppress(Exception):
                         await client.cancel()
                         await client.ws.close()
