@@ -160,11 +160,27 @@ async def test_protocol_mistakes_get_wyoming_errors(wyoming: WyomingServer) -> N
         event = await asyncio.wait_for(client.read_event(), timeout(5))
         assert event is not None and Error.is_type(event.type)
         assert Error.from_event(event).code == "no_stream"
+        for bad in ({}, {"text": 5}):  # malformed events: refused, the connection goes on
+            await client.write_event(Event(type="synthesize", data=bad))
+            event = await asyncio.wait_for(client.read_event(), timeout(5))
+            assert event is not None and Error.from_event(event).code == "invalid_event"
         # Too long for one turn: the session's own error, then the turn ends with no audio.
         await client.write_event(Synthesize(text="word " * 2000).event())
         reply = await read_reply(client, "audio-stop")
     assert [e.code for e in reply.errors] == ["turn_text_too_long"]
     assert not reply.pcm
+
+
+async def test_a_line_that_is_not_an_event_closes_only_its_connection(
+    wyoming: WyomingServer,
+) -> None:
+    reader, writer = await asyncio.open_connection("127.0.0.1", wyoming.port)
+    writer.write(b'{"data": {}}\n')  # JSON, but no event type: the framing is lost
+    assert await asyncio.wait_for(reader.read(), timeout(5)) == b""
+    writer.close()
+    async with AsyncTcpClient("127.0.0.1", wyoming.port) as client:
+        await client.write_event(Synthesize(text="Still here.").event())
+        assert_speech(await read_reply(client, "audio-stop"), 0.5)
 
 
 async def test_sessions_count_against_max_sessions() -> None:
@@ -193,6 +209,36 @@ async def test_sessions_count_against_max_sessions() -> None:
             await first.write_event(SynthesizeStop().event())
             reply = await read_reply(first, "synthesize-stopped")
     assert_speech(reply, 0.5)
+
+
+async def test_shutdown_lets_a_streamed_reply_finish() -> None:
+    srv = VoicewsServer(replace(TEST_CONFIG, wyoming_uri="tcp://127.0.0.1:0", drain_timeout=10))
+    await srv.start()
+    assert srv.wyoming is not None and srv.app is not None
+    closing: asyncio.Task[None] | None = None
+    try:
+        async with AsyncTcpClient("127.0.0.1", srv.wyoming.port) as client:
+            await client.write_event(SynthesizeStart().event())
+            await client.write_event(SynthesizeChunk(text="Hello there, ").event())
+            async with asyncio.timeout(timeout(5)):
+                while not srv.app.sessions:
+                    await asyncio.sleep(0.01)
+            closing = asyncio.create_task(srv.close(drain=True))
+            async with asyncio.timeout(timeout(5)):
+                while not srv.app.draining:
+                    await asyncio.sleep(0.01)
+            async with AsyncTcpClient("127.0.0.1", srv.wyoming.port) as late:
+                await late.write_event(Synthesize(text="Too late?").event())
+                event = await asyncio.wait_for(late.read_event(), timeout(5))
+                assert event is not None and "shutting down" in Error.from_event(event).text
+            await client.write_event(SynthesizeChunk(text="the rest is still spoken.").event())
+            await client.write_event(SynthesizeStop().event())
+            reply = await read_reply(client, "synthesize-stopped")
+            assert await asyncio.wait_for(client.read_event(), timeout(5)) is None
+    finally:
+        await asyncio.wait_for(closing or srv.close(), timeout(15))
+    assert kinds(reply.events) == STREAMED and not reply.errors
+    assert_speech(reply, 1.5)
 
 
 def test_uri_must_be_tcp() -> None:

@@ -169,7 +169,20 @@ class WyomingConnection(AsyncEventHandler):
         self._turns: dict[str, _Turn] = {}
         self._streaming: str | None = None  # the streamed turn whose text is still arriving
 
+    async def run(self) -> None:
+        try:
+            await super().run()
+        except (KeyError, TypeError, ValueError) as exc:  # a line that is not an event
+            logs.event("error", protocol="wyoming", code="invalid_event", detail=exc)
+
     async def handle_event(self, event: Event) -> bool:
+        try:
+            return await self._dispatch(event)
+        except (KeyError, TypeError, ValueError) as exc:  # ValidationError is a ValueError
+            await self._refuse("invalid_event", f"{event.type}: {exc}")
+            return True
+
+    async def _dispatch(self, event: Event) -> bool:
         if Describe.is_type(event.type):
             await self.write_event(self._info.event())
             return True
@@ -189,9 +202,10 @@ class WyomingConnection(AsyncEventHandler):
             self._handle(EndText())
             return True
         if Synthesize.is_type(event.type) and self._streaming is None:
+            delta = TextDelta(text=Synthesize.from_event(event).text)  # valid before a turn
             if not await self._start_turn(streamed=False):
                 return False
-            self._handle(TextDelta(text=Synthesize.from_event(event).text), EndText())
+            self._handle(delta, EndText())
         return True  # anything else, a synthesize inside a stream included, is not for us
 
     async def disconnect(self) -> None:
