@@ -151,6 +151,8 @@ class VoicewsTTSService(WebsocketTTSService):
         if settings is not None:
             default_settings.apply_update(settings)
         super().__init__(
+            # Token by token: voicews cuts its own segments, eagerly for the first audio, so
+            # aggregating sentences here would only add a sentence of latency.
             text_aggregation_mode=text_aggregation_mode,
             push_text_frames=False,  # words come back timed, as TTSTextFrames
             push_start_frame=True,
@@ -207,7 +209,9 @@ class VoicewsTTSService(WebsocketTTSService):
     async def _connect(self) -> None:
         await super()._connect()
         await self._connect_websocket()
-        if self._websocket is not None and self._receive_task is None:
+        if self._websocket is not None and (
+            self._receive_task is None or self._receive_task.done()
+        ):
             self._receive_task = self.create_task(self._receive_task_handler(self._report_error))
 
     async def _disconnect(self) -> None:
