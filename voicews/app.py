@@ -11,6 +11,7 @@ import asyncio
 import uuid
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Protocol
 
 from prometheus_client import CONTENT_TYPE_LATEST
 
@@ -43,6 +44,13 @@ _CONTENT_TYPES = {
 }
 
 
+class Connection(Protocol):
+    """A live session's connection, whatever its transport (WebSocket, Wyoming)."""
+
+    def drain(self) -> None:
+        """Server shutdown: let the current turn finish, then close."""
+
+
 @dataclass(frozen=True, slots=True)
 class AppConfig:
     """What the app needs of the server's configuration (``ServerConfig`` holds the defaults)."""
@@ -61,7 +69,7 @@ class VoicewsApp:
         self.worker = worker
         self.agent = agent
         self.sessions: dict[str, Session] = {}
-        self.connections: dict[str, RealtimeConnection] = {}
+        self.connections: dict[str, Connection] = {}
         self.metrics = Metrics(worker, self.sessions)
         self.draining = False
         self._idle = asyncio.Event()
@@ -91,11 +99,8 @@ class VoicewsApp:
     def _admit(self, scope: Scope) -> None:
         """Raise the refusal (logged and counted) if this request may not open a session."""
         refusal = access.check(self.config.access, headers_of(scope), scope["query_string"])
-        limit = self.config.max_sessions
-        if refusal is None and self.draining:
-            refusal = VoicewsError(ErrorCode.SHUTTING_DOWN, "server shutting down")
-        elif refusal is None and len(self.sessions) >= limit:
-            refusal = VoicewsError(ErrorCode.SERVER_FULL, f"server full: {limit} sessions")
+        if refusal is None:
+            refusal = self.capacity_refusal()
         if refusal is None:
             return
         self.metrics.sessions_refused.labels(str(refusal.status)).inc()
@@ -108,14 +113,23 @@ class VoicewsApp:
         )
         raise refusal
 
-    def _open(self, config: SessionConfig) -> Session:
+    def capacity_refusal(self) -> VoicewsError | None:
+        """Draining or full: refused on every path (WebSocket, HTTP, Wyoming)."""
+        if self.draining:
+            return VoicewsError(ErrorCode.SHUTTING_DOWN, "server shutting down")
+        limit = self.config.max_sessions
+        if len(self.sessions) >= limit:
+            return VoicewsError(ErrorCode.SERVER_FULL, f"server full: {limit} sessions")
+        return None
+
+    def open_session(self, config: SessionConfig) -> Session:
         session = Session(uuid.uuid4().hex, self.worker.sample_rate, config)
         self.sessions[session.id] = session
         self._idle.clear()
         self.metrics.sessions_opened.inc()
         return session
 
-    def _closed(self, session: Session) -> None:
+    def close_session(self, session: Session) -> None:
         self.sessions.pop(session.id, None)
         self.connections.pop(session.id, None)
         if not self.sessions:
@@ -135,7 +149,7 @@ class VoicewsApp:
             await refuse_websocket(send, refusal)
             return
         await send({"type": "websocket.accept"})
-        session = self._open(self.config.session)
+        session = self.open_session(self.config.session)
         connection = RealtimeConnection(
             SessionDriver(session, self.worker, self.metrics.observe, self.agent),
             receive,
@@ -150,7 +164,7 @@ class VoicewsApp:
         try:
             code = await connection.run()
         finally:
-            self._closed(session)
+            self.close_session(session)
             logs.event("session_close", session=session.id, code=code)
 
     # --- HTTP -----------------------------------------------------------------------------
@@ -191,13 +205,15 @@ class VoicewsApp:
             self._admit(scope)
             # One request is one whole turn: its text may all wait in the backlog at once.
             config = self.config.session
-            session = self._open(replace(config, max_pending_text_chars=config.max_turn_text_chars))
+            session = self.open_session(
+                replace(config, max_pending_text_chars=config.max_turn_text_chars)
+            )
             self.metrics.http_speech.inc()
             try:
                 driver = SessionDriver(session, self.worker, self.metrics.observe)
                 await speech(driver, receive, send, self.config.voice_name, cors)
             finally:
-                self._closed(session)
+                self.close_session(session)
         except VoicewsError as refusal:
             await refuse(send, refusal, cors)
 

@@ -62,6 +62,11 @@ def parser() -> argparse.ArgumentParser:
         help="agent mode: an mlx-lm model (dir, repo id or .gguf; 'smollm2' for the bundled "
         "one) answers user_message and its reply is spoken (needs the [agent] extra)",
     )
+    serve.add_argument(
+        "--wyoming-uri",
+        metavar="tcp://HOST:PORT",
+        help="also serve Wyoming text to speech (Home Assistant) there (needs the [wyoming] extra)",
+    )
     serve.add_argument("--log-level", default="INFO")
 
     say = commands.add_parser("say", help="speak text through a running service into a WAV")
@@ -91,6 +96,7 @@ def serve_config(args: argparse.Namespace) -> ServerConfig:
         drain_timeout=args.drain_timeout,
         max_sessions=args.max_sessions,
         agent_model=_agent_model(args.agent_model),
+        wyoming_uri=args.wyoming_uri,
         session=replace(DEFAULTS.session, idle_flush_ms=args.idle_flush_ms),
         access=AccessPolicy(
             tokens=load_tokens(args.token_file), allowed_origins=frozenset(args.allow_origin)
@@ -134,6 +140,8 @@ async def _serve(config: ServerConfig) -> None:
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     print(f"voicews: listening on {server.url}", flush=True)
+    if server.wyoming is not None:
+        print(f"voicews: Wyoming on {server.wyoming.uri}", flush=True)
     await stop.wait()
     await server.close(drain=True)
 

@@ -12,6 +12,7 @@ import contextlib
 import socket
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
 
 import uvicorn
 
@@ -23,6 +24,9 @@ from .engines import BUNDLED_VOICE, engine_factory
 from .protocol import REALTIME_PATH
 from .session import AgentConfig, SessionConfig
 from .worker import ComputeWorker
+
+if TYPE_CHECKING:
+    from .wyoming import WyomingServer
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,6 +59,9 @@ class ServerConfig:
     agent_model: str | None = None
     """Agent mode: an mlx-lm model directory, repo id or ``.gguf`` that writes the replies to
     ``user_message``; it shares the compute worker (and the GPU) with speech."""
+    wyoming_uri: str | None = None
+    """``tcp://HOST:PORT``: also serve Wyoming (Home Assistant) text to speech there, through
+    the same sessions and worker (``voicews.wyoming``; needs the ``wyoming`` package)."""
 
 
 class _Embedded(uvicorn.Server):
@@ -73,6 +80,7 @@ class VoicewsServer:
             engine_factory(config.engine, config.voice, lanes), lanes=lanes
         )
         self.app: VoicewsApp | None = None
+        self.wyoming: WyomingServer | None = None
         self._uvicorn: _Embedded | None = None
         self._task: asyncio.Task[None] | None = None
         self._socket: socket.socket | None = None
@@ -97,6 +105,13 @@ class VoicewsServer:
             self.worker,
             agent,
         )
+        if self.config.wyoming_uri is not None:
+            from .wyoming import WyomingServer
+
+            self.wyoming = WyomingServer(
+                self.app, self.config.wyoming_uri, self.config.voice, self.config.socket_send_buffer
+            )
+            await self.wyoming.start()
         self._socket = self._listen()
         config = uvicorn.Config(
             self.app,
@@ -158,6 +173,8 @@ class VoicewsServer:
             logs.event("draining", sessions=len(self.app.sessions))
             finished = await self.app.drain(self.config.drain_timeout)
             logs.event("drained", all_finished=finished)
+        if self.wyoming is not None:
+            await self.wyoming.close()
         if self._uvicorn is not None and self._task is not None:
             self._uvicorn.should_exit = True
             await self._task
