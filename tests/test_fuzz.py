@@ -104,7 +104,8 @@ def test_session_survives_any_sequence_of_frames(steps: list[object]) -> None:
     def pump() -> None:
         in_flight.extend(session.take_submissions())
         session.take_cancellations()
-        while (item := session.pop(now)) is not None:
+        while (item := session.outbox.pop()) is not None:
+            session.sent(item, now)
             sent.append(item)
 
     for step in [*steps, "final"]:

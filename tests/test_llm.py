@@ -15,6 +15,7 @@ from typing import Any, ClassVar
 import numpy as np
 import pytest
 
+from voicews.agent.conversation import Message, truncate_history
 from voicews.cache import CACHE_ENV
 from voicews.llm.convert import (
     bundled_gguf,
@@ -23,7 +24,7 @@ from voicews.llm.convert import (
     load,
     unpermute_rope_rows,
 )
-from voicews.llm.generate import Message, PromptCache, ReplyStats, stream_reply, truncate_history
+from voicews.llm.generate import PromptCache, ReplyStats, stream_reply
 from voicews.llm.tiny import build_tiny_model
 
 # --- truncate_history (pure; no MLX) ----------------------------------------------------------

@@ -15,9 +15,9 @@ from pathlib import Path
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from . import access, logs
-from .agent import AgentBackend
+from .agent.server import AgentBackend
 from .asgi import Receive, Scope, Send, headers_of, refuse_websocket, respond
-from .driver import SessionDriver
+from .driver import Generate, SessionDriver
 from .metrics import Metrics
 from .protocol import REALTIME_PATH
 from .realtime import RealtimeConnection
@@ -102,6 +102,10 @@ class VoicewsApp:
         self.metrics.sessions_opened.inc()
         return session
 
+    def _generator(self) -> Generate | None:
+        """Agent mode: a new session's generation work (it keeps the session's prompt cache)."""
+        return self.agent.generator() if self.agent is not None else None
+
     def _closed(self, session: Session) -> None:
         self.sessions.pop(session.id, None)
         self.connections.pop(session.id, None)
@@ -135,7 +139,9 @@ class VoicewsApp:
         await send({"type": "websocket.accept"})
         session = self._open(self.config.session)
         connection = RealtimeConnection(
-            SessionDriver(session, self.worker, self.metrics.observe, self.agent), receive, send
+            SessionDriver(session, self.worker, self.metrics.observe, self._generator()),
+            receive,
+            send,
         )
         self.connections[session.id] = connection
         if self.draining:
