@@ -15,14 +15,12 @@ from __future__ import annotations
 import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
-from enum import Enum
 from typing import assert_never
 
 from .agent.conversation import AgentConfig, Conversation, Message
 from .audio import Audio, StitchConfig
 from .engines.base import SynthesisOptions
 from .errors import ErrorCode, VoicewsError
-from .listener import ListenerClock
 from .outbox import Outbox, Outgoing
 from .pacing import Pacing
 from .protocol import (
@@ -45,8 +43,8 @@ from .protocol import (
     TurnStarted,
     UserMessage,
 )
-from .segmenter import Segment, Segmenter, SegmenterConfig, Urgency
-from .track import Track
+from .segmenter import Segment, SegmenterConfig, Urgency
+from .turn import InFlight, Turn, TurnState
 
 _STALL_TOLERANCE = 0.02  # a frame this late after the listener ran dry counts as a stall
 
@@ -136,42 +134,6 @@ class GenerationRequest:
 Request = SynthesisRequest | GenerationRequest
 
 
-class TurnState(Enum):
-    OPEN = "open"
-    """Taking ``text_delta``."""
-    GENERATING = "generating"
-    """Agent mode: the model is writing the text."""
-    CLOSED = "closed"
-    """All the text is in: the rest is spoken, then the turn is done."""
-
-
-@dataclass
-class _InFlight:
-    """The turn's segment with the compute worker."""
-
-    request: SynthesisRequest
-    segment: Segment
-    sounded: bool = False  # it has produced audio: its latency was observed
-
-
-@dataclass
-class _Turn:
-    id: str
-    segmenter: Segmenter
-    track: Track  # the audio, framed
-    listener: ListenerClock  # what a real-time listener has of the frames sent
-    started: float
-    last_delta: float
-    state: TurnState = TurnState.OPEN
-    text_chars: int = 0
-    first_delta: float | None = None
-    first_submitted: bool = False
-    in_flight: _InFlight | None = None
-    samples_played: int | None = None  # as the client last reported
-    generation: GenerationRequest | None = None  # agent mode: the reply being generated
-    reply: list[str] | None = None  # agent mode: the reply's text so far
-
-
 class Session:
     def __init__(self, session_id: str, sample_rate: int, config: SessionConfig) -> None:
         self.id = session_id
@@ -185,8 +147,8 @@ class Session:
         self._options = SynthesisOptions()
         self._pacing = Pacing(config.stall_guard_ms, config.segmenter.max_chars)
         self._conversation = Conversation(config.agent) if config.agent else None
-        self._turn: _Turn | None = None
-        self._finished: _Turn | None = None  # ended, but its last frames may still be queued
+        self._turn: Turn | None = None
+        self._finished: Turn | None = None  # ended, but its last frames may still be queued
         self._last_turn_id: str | None = None
         self._job_ids = itertools.count(1)
         self._reply_ids = itertools.count(1)
@@ -268,7 +230,7 @@ class Session:
         turn, job = found
         if not job.sounded:
             job.sounded = True
-            self._pacing.observe(now - job.request.submitted_at, len(job.request.text))
+            self._pacing.observe(now - job.submitted_at, len(job.segment.text))
         self.outbox.extend(turn.track.push(audio))
 
     def on_words(self, job_id: int, starts: Sequence[int]) -> None:
@@ -280,7 +242,7 @@ class Session:
 
     def on_text(self, job_id: int, text: str, now: float) -> None:
         """Agent mode: a delta of the reply being generated; it is spoken like client text."""
-        turn = self._generating(job_id)
+        turn = self._writing(job_id)
         if turn is None or turn.reply is None:
             return
         turn.reply.append(text)
@@ -288,9 +250,8 @@ class Session:
         self._feed(turn, text, now)
 
     def on_done(self, job_id: int, now: float) -> None:
-        if (writer := self._generating(job_id)) is not None:
-            writer.generation = None
-            self._close_text(writer, now)
+        if (writing := self._writing(job_id)) is not None:
+            self._close_text(writing, now)
         elif (found := self._synthesis(job_id)) is not None:
             turn, job = found
             self.outbox.extend(turn.track.end(job.segment.boundary))
@@ -298,11 +259,10 @@ class Session:
             self._pump(now)
 
     def on_failed(self, job_id: int, message: str, now: float) -> None:
-        if (writer := self._generating(job_id)) is not None:
+        if (writing := self._writing(job_id)) is not None:
             why = f"reply generation failed: {message}"
-            self.report(VoicewsError(ErrorCode.GENERATION_FAILED, why, writer.id))
-            writer.generation = None
-            self._close_text(writer, now)  # speak what was written
+            self.report(VoicewsError(ErrorCode.GENERATION_FAILED, why, writing.id))
+            self._close_text(writing, now)  # speak what was written
         elif (found := self._synthesis(job_id)) is not None:
             turn, _ = found
             why = f"synthesis failed: {message}"
@@ -358,7 +318,7 @@ class Session:
     def close(self) -> None:
         """The connection is gone: cancel the worker's jobs and drop everything queued."""
         if self._turn is not None:
-            self._cancel_jobs(self._turn)
+            self._cancellations += self._turn.jobs()
         self._turn = None
         self.outbox.clear()
 
@@ -380,12 +340,9 @@ class Session:
                 return None
             return self._last_activity + self.config.idle_timeout_s
         limit = turn.started + self.config.max_turn_seconds
-        if (
-            turn.in_flight is not None
-            or turn.state is TurnState.CLOSED
-            or self.outbox.full
-            or not turn.segmenter.has_text
-        ):
+        if turn.in_flight or turn.state is TurnState.CLOSED or self.outbox.full:
+            return limit
+        if not turn.segmenter.has_text:
             return limit
         flush = turn.last_delta + self.config.idle_flush_ms / 1000
         cuts = self._pacing.cut_times(turn.listener.end, turn.segmenter.pending_chars)
@@ -417,13 +374,9 @@ class Session:
         if self._turn is not None:
             self._cut(self._turn, now)
         self._last_turn_id = turn_id
-        self._turn = _Turn(
-            id=turn_id,
-            segmenter=Segmenter(self.config.segmenter),
-            track=Track(turn_id, self.sample_rate, self._frame_samples, self.config.stitch),
-            listener=ListenerClock(self.sample_rate),
-            started=now,
-            last_delta=now,
+        config = self.config
+        self._turn = Turn(
+            turn_id, now, self.sample_rate, self._frame_samples, config.segmenter, config.stitch
         )
         self.outbox.append(TurnStarted(turn_id=turn_id))
 
@@ -435,73 +388,45 @@ class Session:
                 "user_message needs a server started with --agent-model; send text_delta",
             )
         self._turn_reset(turn_id or f"reply-{next(self._reply_ids)}", now)
-        turn = self._turn
-        assert turn is not None
+        assert self._turn is not None
         conversation.user(text)
         request = GenerationRequest(
             job_id=next(self._job_ids),
-            turn_id=turn.id,
+            turn_id=self._turn.id,
             messages=tuple(conversation.prompt()),
             config=conversation.config,
         )
-        turn.state, turn.generation, turn.reply = TurnState.GENERATING, request, []
+        self._turn.write(request.job_id)
         self._submissions.append(request)
 
     def _text_delta(self, text: str, now: float) -> None:
         turn = self._open_turn("text_delta")
-        if turn.text_chars + len(text) > self.config.max_turn_text_chars:
-            raise VoicewsError(
-                ErrorCode.TURN_TEXT_TOO_LONG,
-                f"turn text would exceed {self.config.max_turn_text_chars} characters; "
-                "delta refused",
-                turn.id,
-            )
-        if turn.segmenter.pending_chars + len(text) > self.config.max_pending_text_chars:
-            raise VoicewsError(
-                ErrorCode.TEXT_BACKLOG_FULL,
-                f"unspoken text would exceed {self.config.max_pending_text_chars} characters; "
-                "delta refused, send it again once audio has been read",
-                turn.id,
-            )
+        turn.check_delta(text, self.config.max_turn_text_chars, self.config.max_pending_text_chars)
         self._feed(turn, text, now)
 
-    def _feed(self, turn: _Turn, text: str, now: float) -> None:
-        """Text for the turn to speak, from the client or from the model."""
-        turn.segmenter.feed(text)
-        turn.text_chars += len(text)
-        turn.last_delta = now
-        if turn.first_delta is None and text.strip():
-            turn.first_delta = now
+    def _feed(self, turn: Turn, text: str, now: float) -> None:
+        turn.feed(text, now)
         self._pump(now)
 
-    def _close_text(self, turn: _Turn, now: float) -> None:
-        """All the turn's text is in (``end_text``, or the reply is written): speak the rest."""
-        turn.state = TurnState.CLOSED
-        turn.segmenter.close()
+    def _close_text(self, turn: Turn, now: float) -> None:
+        turn.close_text()
         self._pump(now)
 
     def _playback(self, turn_id: str, samples_played: int) -> None:
         turn = self._turn
-        if turn is None or turn.id != turn_id:
-            return  # a report about a finished turn: nothing left to decide with it
-        turn.samples_played = max(turn.samples_played or 0, samples_played)
+        if turn is not None and turn.id == turn_id:  # else a finished turn: nothing to decide
+            turn.played(samples_played)
 
-    def _open_turn(self, what: str) -> _Turn:
+    def _open_turn(self, what: str) -> Turn:
+        """The turn a client message about text is for; refused if there is none open."""
         turn = self._turn
         if turn is None:
-            hint = (
-                f"turn {self._last_turn_id!r} is done"
-                if self._last_turn_id
-                else "no turn was started"
-            )
+            last = self._last_turn_id
+            hint = f"turn {last!r} is done" if last else "no turn was started"
             raise VoicewsError(
                 ErrorCode.NO_ACTIVE_TURN, f"{what} refused: {hint}; send turn_reset first"
             )
-        if turn.state is not TurnState.OPEN:
-            why = "it is a generated reply" if turn.reply is not None else "end_text was sent"
-            raise VoicewsError(
-                ErrorCode.TURN_CLOSED, f"{what} refused for turn {turn.id!r}: {why}", turn.id
-            )
+        turn.take(what)
         return turn
 
     def _pump(self, now: float) -> None:
@@ -517,14 +442,11 @@ class Session:
             if segment is not None:
                 self._submit(turn, segment, now)
                 return
-        if turn.state is TurnState.CLOSED and not turn.segmenter.has_text:
+        if turn.drained:
             self._finish(turn, now, "done")
 
-    def _urgency(self, turn: _Turn, now: float) -> Urgency:
-        idle = (
-            turn.state is not TurnState.CLOSED
-            and now - turn.last_delta >= self.config.idle_flush_ms / 1000
-        )
+    def _urgency(self, turn: Turn, now: float) -> Urgency:
+        idle = turn.idle(now, self.config.idle_flush_ms / 1000)
         if not turn.first_submitted:
             return Urgency.FLUSH if idle else Urgency.FIRST
         if idle:
@@ -532,7 +454,7 @@ class Session:
         ahead = turn.listener.left(now) + self.outbox.samples / self.sample_rate
         return self._pacing.urgency(ahead, turn.segmenter.pending_chars)
 
-    def _submit(self, turn: _Turn, segment: Segment, now: float) -> None:
+    def _submit(self, turn: Turn, segment: Segment, now: float) -> None:
         first = not turn.first_submitted
         end = turn.listener.end
         request = SynthesisRequest(
@@ -544,46 +466,44 @@ class Session:
             deadline=now if first or end is None else end,
             submitted_at=now,
         )
-        turn.in_flight = _InFlight(request, segment)
+        turn.in_flight = InFlight(request.job_id, segment, now)
         turn.first_submitted = True
         turn.track.begin(segment.text)
         self._submissions.append(request)
 
-    def _synthesis(self, job_id: int) -> tuple[_Turn, _InFlight] | None:
+    def _synthesis(self, job_id: int) -> tuple[Turn, InFlight] | None:
         """The turn and segment a synthesis result belongs to; None for a cancelled job."""
         turn = self._turn
         job = turn.in_flight if turn is not None else None
-        return (turn, job) if turn and job and job.request.job_id == job_id else None
+        return (turn, job) if turn and job and job.job_id == job_id else None
 
-    def _generating(self, job_id: int) -> _Turn | None:
-        """The turn whose reply ``job_id`` generates; None for a cancelled generation."""
+    def _writing(self, job_id: int) -> Turn | None:
+        """The turn whose text ``job_id`` writes; None for a cancelled generation."""
         turn = self._turn
-        request = turn.generation if turn is not None else None
-        return turn if request is not None and request.job_id == job_id else None
+        return turn if turn is not None and turn.writer == job_id else None
 
-    def _cut(self, turn: _Turn, now: float) -> None:
+    def _cut(self, turn: Turn, now: float) -> None:
         """End a live turn at once: drop its queued audio, cancel its jobs."""
-        self._cancel_jobs(turn)
+        self._cancellations += turn.jobs()
         self.outbox.drop_turn(turn.id)
-        sent = turn.listener.received
-        heard = turn.track.heard(min(sent, turn.samples_played or sent))
+        heard = turn.heard()
         self._remember_reply(turn, heard)  # what the user heard, not what was planned
-        self.outbox.append(
-            TurnDone(turn_id=turn.id, samples=sent, cancelled=True, heard_text=heard)
+        done = TurnDone(
+            turn_id=turn.id, samples=turn.listener.received, cancelled=True, heard_text=heard
         )
+        self.outbox.append(done)
         self.stats.turns.append("cancelled")
         self._turn = None
         self._last_activity = now
 
-    def _finish(self, turn: _Turn, now: float, outcome: str) -> None:
+    def _finish(self, turn: Turn, now: float, outcome: str) -> None:
         """End a turn whose queued audio still goes out: drained, or stopped by a failure."""
-        self._cancel_jobs(turn)
+        self._cancellations += turn.jobs()
         self.outbox.extend(turn.track.finish())
         done = outcome == "done"
-        if turn.reply is not None:
-            self._remember_reply(
-                turn, "".join(turn.reply).strip() if done else turn.track.heard(turn.track.samples)
-            )
+        if turn.reply is not None:  # all of it, or as much as was spoken
+            spoken = turn.track.heard(turn.track.samples)
+            self._remember_reply(turn, "".join(turn.reply).strip() if done else spoken)
         self.outbox.append(
             TurnDone(turn_id=turn.id, samples=turn.track.samples, cancelled=not done)
         )
@@ -592,13 +512,7 @@ class Session:
         self._last_activity = now  # the idle clock starts when the turn ends
         self._close_if_drained()
 
-    def _cancel_jobs(self, turn: _Turn) -> None:
-        job = turn.in_flight.request if turn.in_flight is not None else None
-        for request in (job, turn.generation):
-            if request is not None:
-                self._cancellations.append(request.job_id)
-
-    def _remember_reply(self, turn: _Turn, heard: str) -> None:
+    def _remember_reply(self, turn: Turn, heard: str) -> None:
         if turn.reply is not None and self._conversation is not None:
             self._conversation.assistant(heard)
 
