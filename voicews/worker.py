@@ -1,4 +1,4 @@
-"""The compute worker: it owns the engine and runs every session's synthesis.
+"""The compute worker: it owns the engine and runs every session's compute on its thread.
 
 Jobs are scheduled by urgency, one step at a time: a turn's first segment goes before any
 later work, and the rest goes in order of playback deadline (the session whose listener runs
