@@ -340,6 +340,8 @@ class Session:
                 return None
             return self._last_activity + self.config.idle_timeout_s
         limit = turn.started + self.config.max_turn_seconds
+        # Time alone cuts no segment while one is out, all the text is in, the outbox is
+        # full, or there is no text: only the duration limit can come.
         if turn.in_flight or turn.state is TurnState.CLOSED or self.outbox.full:
             return limit
         if not turn.segmenter.has_text:
