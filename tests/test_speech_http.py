@@ -82,7 +82,9 @@ async def test_pcm_format_and_speed(server: VoicewsServer) -> None:
         assert headers["content-type"] == "audio/pcm;rate=22050;channels=1;encoding=s16le"
         lengths.append(sum(len(d) for _, d in await chunks(reader)))
         writer.close()
-    assert lengths[1] < lengths[0] * 0.85  # faster speech is shorter
+    # Faster speech is shorter: 0.74 times as long, as a median. Piper samples durations with
+    # noise: over 150 syntheses at each speed, the longest fast one was 0.84 of the shortest.
+    assert lengths[1] < lengths[0] * 0.9
 
 
 async def test_bad_requests_get_clear_errors(server: VoicewsServer) -> None:

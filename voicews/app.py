@@ -16,9 +16,9 @@ from typing import Protocol
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from . import access, logs
-from .agent import AgentBackend
+from .agent.server import AgentBackend
 from .asgi import Receive, Scope, Send, headers_of, refuse, refuse_websocket, respond
-from .driver import SessionDriver
+from .driver import Generate, SessionDriver
 from .errors import ErrorCode, VoicewsError
 from .metrics import Metrics
 from .protocol import REALTIME_PATH
@@ -129,6 +129,10 @@ class VoicewsApp:
         self.metrics.sessions_opened.inc()
         return session
 
+    def _generator(self) -> Generate | None:
+        """Agent mode: a new session's generation work (it keeps the session's prompt cache)."""
+        return self.agent.generator() if self.agent is not None else None
+
     def close_session(self, session: Session) -> None:
         self.sessions.pop(session.id, None)
         self.connections.pop(session.id, None)
@@ -151,7 +155,7 @@ class VoicewsApp:
         await send({"type": "websocket.accept"})
         session = self.open_session(self.config.session)
         connection = RealtimeConnection(
-            SessionDriver(session, self.worker, self.metrics.observe, self.agent),
+            SessionDriver(session, self.worker, self.metrics.observe, self._generator()),
             receive,
             send,
             self.config.max_sessions,

@@ -20,6 +20,7 @@ from typing import Any
 
 from websockets.asyncio.client import ClientConnection, connect
 
+from .listener import ListenerClock
 from .protocol import (
     AudioFrame,
     Cancel,
@@ -90,15 +91,11 @@ class SpokenTurn:
 
     def stall(self) -> float:
         """Silence a listener who starts at the first frame and plays in real time hears."""
-        clock, stalled = None, 0.0
-        for at, frame in zip(self.frame_times, self.frames, strict=True):
-            if clock is None:
-                clock = at
-            elif at > clock:
-                stalled += at - clock
-                clock = at
-            clock += frame.samples / self.sample_rate
-        return stalled
+        listener = ListenerClock(self.sample_rate)
+        return sum(
+            listener.add(frame.samples, at)
+            for at, frame in zip(self.frame_times, self.frames, strict=True)
+        )
 
     def write_wav(self, path: str | Path) -> None:
         with wave.open(str(path), "wb") as out:

@@ -18,11 +18,12 @@ import uvicorn
 
 from . import logs
 from .access import AccessPolicy
-from .agent import AgentBackend
+from .agent.conversation import AgentConfig
+from .agent.server import AgentBackend
 from .app import AppConfig, VoicewsApp
 from .engines import BUNDLED_VOICE, engine_factory
 from .protocol import REALTIME_PATH
-from .session import AgentConfig, SessionConfig
+from .session import SessionConfig
 from .worker import ComputeWorker
 
 if TYPE_CHECKING:
