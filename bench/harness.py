@@ -35,6 +35,9 @@ from common import REPLIES
 
 from voicews.client import RealtimeClient, SpokenTurn, word_pieces
 
+STALL_MS = 100.0
+"""A conversation with more silence than this after its first audio stalled."""
+
 STOP_TTFA_P95_MS = 3000.0
 """A server's sweep stops after an N with a failed turn, first audio p95 over this, or (from
 N = 4) underruns in at least 3 of 4 conversations."""
@@ -49,6 +52,25 @@ CONVERSATION_REPLIES: tuple[str, ...] = (
     "Thanks for waiting. Your refund was approved, and it should show up within five days.",
 )
 """Shorter replies for the concurrency sweep and the memory test (4 to 6 s of speech)."""
+
+BURST_REPLIES: tuple[str, ...] = (
+    "Of course. I checked your account, and the payment went through this morning, so you are "
+    "all set for the month.",
+    "Let me see. The next train to Boston leaves at a quarter past six, and it takes about "
+    "four hours.",
+    "That recipe needs two cups of flour, one egg and a pinch of salt. Bake it for twenty minutes.",
+    "Sorry about that. I have cancelled the duplicate order, and you will get an email "
+    "confirming it shortly.",
+    "Your package is at the depot right now. The driver should bring it over between two and "
+    "five today.",
+    "Sure thing. I added milk, bread and coffee to your list, and set a reminder for Saturday "
+    "morning.",
+    "The museum is open until eight tonight. Tickets are twelve dollars, and children under "
+    "six get in free.",
+    "I found three hotels near the beach. The cheapest one has a pool and costs ninety dollars "
+    "a night.",
+)
+"""Replies for the burst scenario (5 to 7 s of speech), held out: no warm-up speaks them."""
 
 
 # --- one turn, either server ---------------------------------------------------------------
@@ -113,7 +135,7 @@ class Turn:
     """One spoken turn with client-side timings (seconds, ``time.perf_counter``)."""
 
     server: str
-    part: str  # "ttfa", "sweep" or "memory"
+    part: str  # "ttfa", "sweep", "burst" or "memory"
     rate: float
     reply: int
     repeat: int = 0
@@ -260,13 +282,20 @@ class ServerProcess:
     def command(self) -> list[str]:
         raise NotImplementedError
 
+    def environment(self) -> dict[str, str]:
+        return dict(os.environ)
+
     async def connect(self) -> Connection:
         raise NotImplementedError
 
     async def start(self, timeout: float = 90.0) -> None:
         with open(self.log_path, "wb") as log:
             self.proc = subprocess.Popen(
-                self.command(), stdout=log, stderr=subprocess.STDOUT, cwd=self.workdir
+                self.command(),
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                cwd=self.workdir,
+                env=self.environment(),
             )
         deadline = time.monotonic() + timeout
         while True:
@@ -348,11 +377,31 @@ class CpuMark:
 
 
 class VoicewsProcess(ServerProcess):
+    """``voicews serve`` with its defaults; or, to compare versions in one run, the code of
+    another checkout (``source``), under its own ``name``, with ``args`` added."""
+
     name = "voicews"
 
-    def __init__(self, workdir: Path, max_sessions: int) -> None:
+    def __init__(
+        self,
+        workdir: Path,
+        max_sessions: int,
+        name: str | None = None,
+        source: Path | None = None,
+        args: Sequence[str] = (),
+    ) -> None:
+        if name is not None:
+            self.name = name
         super().__init__(workdir)
         self.max_sessions = max_sessions
+        self.source = source
+        self.args = list(args)
+
+    def environment(self) -> dict[str, str]:
+        env = super().environment()
+        if self.source is not None:
+            env["PYTHONPATH"] = str(self.source.resolve())
+        return env
 
     def command(self) -> list[str]:
         return [
@@ -368,6 +417,7 @@ class VoicewsProcess(ServerProcess):
             str(self.max_sessions),
             "--drain-timeout",
             "2",
+            *self.args,
         ]
 
     async def metrics(self) -> dict[str, float]:
@@ -553,6 +603,71 @@ def largest_clean_n(levels: Sequence[LoadSummary]) -> int:
     best = 0
     for level in sorted(levels, key=lambda s: s.n):
         if not level.clean:
+            break
+        best = level.n
+    return best
+
+
+@dataclass
+class BurstSummary:
+    """One server, N conversations started in the same instant, one reply each, played with
+    no jitter buffer: a stall is all the silence a conversation heard after its first audio."""
+
+    n: int
+    turns: int
+    failed: int
+    ttfa_p50_ms: float
+    ttfa_p95_ms: float
+    max_stall_ms: float
+    """The most silence one conversation heard (its stalls added up)."""
+    stalled: int
+    """Conversations with more than ``STALL_MS`` of silence."""
+    end_to_last_p50_ms: float
+    cpu_ms_per_audio_s: float
+    other_cores: float
+
+    @classmethod
+    def of(cls, n: int, turns: Sequence[Turn], cpu_s: float, other_cores: float) -> BurstSummary:
+        good = [t for t in turns if t.ok]
+        ttfa = [t.ttfa_ms for t in good if t.ttfa_ms is not None]
+        stalls = [t.playback.underrun_ms for t in good]
+        audio_s = sum(t.audio_s for t in good)
+        return cls(
+            n=n,
+            turns=len(turns),
+            failed=len(turns) - len(good),
+            ttfa_p50_ms=percentile(ttfa, 50),
+            ttfa_p95_ms=percentile(ttfa, 95),
+            max_stall_ms=max(stalls, default=math.nan),
+            stalled=sum(stall > STALL_MS for stall in stalls),
+            end_to_last_p50_ms=percentile(
+                [e for t in good if (e := t.end_to_last_ms) is not None], 50
+            ),
+            cpu_ms_per_audio_s=1000 * cpu_s / audio_s if audio_s else math.nan,
+            other_cores=other_cores,
+        )
+
+    @property
+    def smooth(self) -> bool:
+        return self.failed == 0 and self.stalled == 0
+
+    @classmethod
+    def median_of(cls, repeats: Sequence[BurstSummary]) -> BurstSummary:
+        """Each figure's median over repeated bursts (the counts' too)."""
+        first = repeats[0]
+        values = {
+            key: median([getattr(r, key) for r in repeats]) for key in asdict(first) if key != "n"
+        }
+        for key in ("turns", "failed", "stalled"):
+            values[key] = round(values[key])
+        return cls(n=first.n, **values)
+
+
+def largest_smooth_n(levels: Sequence[BurstSummary]) -> int:
+    """The largest N such that it and every smaller N measured had no stall nor failure."""
+    best = 0
+    for level in sorted(levels, key=lambda s: s.n):
+        if not level.smooth:
             break
         best = level.n
     return best
@@ -782,6 +897,71 @@ async def measure_sweep(
         f"  sweep: the benchmark client used {_proc_cpu_s('/proc/self/stat') - client_cpu0:.0f}"
         " s of CPU"
     )
+    return levels, all_turns
+
+
+async def burst(
+    server: ServerProcess, n: int, rate: float, repeat: int
+) -> tuple[BurstSummary, list[Turn]]:
+    """N conversations, connected first, each start one reply in the same instant."""
+    conns = await asyncio.gather(*(server.connect() for _ in range(n)))
+    go = asyncio.Event()
+
+    async def speak(index: int, conn: Connection) -> Turn:
+        reply = (index + repeat) % len(BURST_REPLIES)
+        turn = Turn(server.name, "burst", rate, reply, repeat, n=n, conversation=index)
+        await go.wait()
+        return await conn.speak(turn, BURST_REPLIES[reply], rate, 0.0, 120)
+
+    try:
+        speaking = [asyncio.create_task(speak(i, conn)) for i, conn in enumerate(conns)]
+        await asyncio.sleep(0.3)  # every task waits at the gate
+        cpu0, mark = server.cpu_s(), CpuMark.now([server])
+        go.set()
+        turns = await asyncio.gather(*speaking)
+        cpu = server.cpu_s() - cpu0
+        other = mark.other_cores(CpuMark.now([server]))
+    finally:
+        await asyncio.gather(*(conn.close() for conn in conns))
+    return BurstSummary.of(n, turns, cpu, other), list(turns)
+
+
+async def measure_bursts(
+    servers: Sequence[ServerProcess], ns: Sequence[int], rate: float, repeats: int
+) -> tuple[dict[str, list[BurstSummary]], list[Turn]]:
+    """Each N on each server in turn (alternating which goes first), ``repeats`` times; the
+    median of each figure over the repeats. A server stops after an N where every repeat had
+    a failed turn or first audio p95 over ``STOP_TTFA_P95_MS``."""
+    levels: dict[str, list[BurstSummary]] = {s.name: [] for s in servers}
+    stopped: set[str] = set()
+    all_turns: list[Turn] = []
+    for n in ns:
+        runs: dict[str, list[BurstSummary]] = {s.name: [] for s in servers}
+        for repeat in range(repeats):
+            order = list(servers) if repeat % 2 == 0 else list(servers)[::-1]
+            for server in order:
+                if server.name in stopped:
+                    continue
+                summary, turns = await burst(server, n, rate, repeat)
+                runs[server.name].append(summary)
+                all_turns += turns
+                await asyncio.sleep(1.0)
+        for server in servers:
+            if server.name in stopped:
+                continue
+            level = BurstSummary.median_of(runs[server.name])
+            levels[server.name].append(level)
+            log(
+                f"  burst {server.name:>13} N={n:<3} first audio p95 {level.ttfa_p95_ms:6.0f} "
+                f"ms, max stall {level.max_stall_ms:6.0f} ms, {level.stalled}/{n} stalled, "
+                f"cpu {level.cpu_ms_per_audio_s:4.0f} ms/audio s, "
+                f"other processes {level.other_cores:.1f} cores"
+            )
+            if all(r.failed or r.ttfa_p95_ms > STOP_TTFA_P95_MS for r in runs[server.name]):
+                stopped.add(server.name)
+                log(f"  burst {server.name}: stopped after N={n}")
+        if len(stopped) == len(servers):
+            break
     return levels, all_turns
 
 
