@@ -1,13 +1,17 @@
 """The compute worker's scheduling, on a fake engine with known costs: one step per word.
 
 The engine computes nothing; it records the order in which words were computed, and a word
-can hold the worker at a gate, so every order asserted here is exact. The test at the end
-runs the real Piper engine on two lanes, for what only it has: espeak-ng's shared state.
+can hold the worker at a gate, so every order asserted here is exact. Where time matters the
+worker runs on a fake clock that only the engine moves (each word costs ``STEP`` seconds and
+gives ``CHUNK`` samples, a tenth of a second of audio). The test at the end runs the real
+Piper engine on two lanes, for what only it has: espeak-ng's shared state.
 """
 
 from __future__ import annotations
 
+import copy
 import threading
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
@@ -18,6 +22,11 @@ from voicews.audio import Audio
 from voicews.engines import engine_factory
 from voicews.engines.base import Engine, SynthesisOptions, WordStarts
 from voicews.worker import (
+    ALLOWANCE,
+    FIRST_AUDIO_TARGET,
+    OVERLOAD_BUSY,
+    WINDOW,
+    Account,
     ComputeWorker,
     Job,
     JobAudio,
@@ -27,11 +36,23 @@ from voicews.worker import (
     JobText,
     JobWords,
     Work,
+    WorkerStats,
     synthesis,
 )
 
-CHUNK = 100  # samples per word
+CHUNK = 100  # samples per word: 0.1 s of audio at the fake engine's 1000 Hz
+STEP = 0.01  # seconds of fake compute per word
 WAIT = 10.0  # seconds before a test that waits on the worker gives up
+
+
+class FakeClock:
+    """The worker's clock, moved by the fake engine (``STEP`` per word) or by the test."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
 
 
 @dataclass
@@ -53,8 +74,9 @@ class Costed:
     name = "costed"
     sample_rate = 1000
 
-    def __init__(self, concurrent: bool = False) -> None:
+    def __init__(self, concurrent: bool = False, clock: FakeClock | None = None) -> None:
         self.concurrent = concurrent
+        self.clock = clock
         self.computed: list[str] = []
         self.closed: list[str] = []
         """Texts whose synthesis was stopped early, and on which thread."""
@@ -69,6 +91,8 @@ class Costed:
                     self.gates[word]()
                 if word == "explode":
                     raise RuntimeError("injected engine fault")
+                if self.clock is not None:
+                    self.clock.now += STEP
                 self.computed.append(word)
                 self.threads.add(threading.current_thread().name)
                 yield np.full(CHUNK, 0.1, dtype=np.float32)
@@ -76,6 +100,20 @@ class Costed:
         except GeneratorExit:
             self.closed.append(f"{text} on {threading.current_thread().name}")
             raise
+
+
+class Widening(Costed):
+    """A fake engine that can put all the cores on one inference: its wide twin notes the
+    words it computed in ``on_all_cores``."""
+
+    def __init__(self) -> None:
+        super().__init__(concurrent=True)
+        self.on_all_cores: list[str] = []
+
+    def wide(self) -> Costed:
+        twin = copy.copy(self)
+        twin.computed = self.on_all_cores
+        return twin
 
 
 class Recorder:
@@ -87,7 +125,13 @@ class Recorder:
         self._lock = threading.Lock()
 
     def job(
-        self, name: str, run: Work, first: bool = False, deadline: float = 0.0, step: float = 0.0
+        self,
+        name: str,
+        run: Work,
+        first: bool = False,
+        deadline: float = 0.0,
+        step: float = 0.0,
+        account: Account | None = None,
     ) -> Job:
         def on_event(event: JobEvent) -> None:
             with self._lock:
@@ -95,10 +139,17 @@ class Recorder:
             if isinstance(event, JobDone | JobFailed):
                 self.finished.release()
 
-        return Job(run, first, deadline, on_event, step)
+        return Job(run, deadline, on_event, first=first, account=account, deadline_step=step)
 
-    def speak(self, name: str, text: str, first: bool = False, deadline: float = 0.0) -> Job:
-        return self.job(name, synthesis(text, SynthesisOptions()), first, deadline)
+    def speak(
+        self,
+        name: str,
+        text: str,
+        first: bool = False,
+        deadline: float = 0.0,
+        account: Account | None = None,
+    ) -> Job:
+        return self.job(name, synthesis(text, SynthesisOptions()), first, deadline, 0.0, account)
 
     def wait(self, jobs: int) -> None:
         for _ in range(jobs):
@@ -111,20 +162,25 @@ class Recorder:
         return [name for name, event in self.events if isinstance(event, kind)]
 
 
-def started(engine: Engine, lanes: int = 1) -> ComputeWorker:
-    worker = ComputeWorker(lambda: engine, lanes)
+def started(engine: Engine, lanes: int = 1, clock: FakeClock | None = None) -> ComputeWorker:
+    worker = ComputeWorker(lambda: engine, lanes, clock or time.monotonic)
     worker.start()
     return worker
 
 
 @pytest.fixture
-def engine() -> Costed:
-    return Costed()
+def clock() -> FakeClock:
+    return FakeClock()
 
 
 @pytest.fixture
-def worker(engine: Costed) -> Iterator[ComputeWorker]:
-    w = started(engine)
+def engine(clock: FakeClock) -> Costed:
+    return Costed(clock=clock)
+
+
+@pytest.fixture
+def worker(engine: Costed, clock: FakeClock) -> Iterator[ComputeWorker]:
+    w = started(engine, clock=clock)
     yield w
     w.stop()
 
@@ -157,45 +213,75 @@ def test_a_job_reports_its_audio_then_its_words_then_done(
     assert (worker.stats.jobs_done, worker.stats.jobs_failed, worker.queued) == (1, 0, 0)
 
 
-def test_first_segments_go_first_then_the_earliest_deadline(
-    worker: ComputeWorker, engine: Costed
+def test_jobs_run_as_they_are_due_a_first_segment_a_little_after_it_was_asked_for(
+    worker: ComputeWorker, engine: Costed, clock: FakeClock
 ) -> None:
     engine.gates["hold"] = gate = Gate()
     rec = Recorder()
     worker.submit(rec.speak("blocker", "hold"))
     assert gate.reached.wait(WAIT)  # the worker is busy: the rest queue up together
-    worker.submit(rec.speak("late", "late1 late2", deadline=20.0))
-    worker.submit(rec.speak("early", "early1 early2", deadline=10.0))
-    worker.submit(rec.speak("first", "first1 first2", first=True, deadline=30.0))
-    worker.submit(rec.speak("first-again", "again", first=True, deadline=5.0))
+    now = clock()
+    worker.submit(rec.speak("in-hand", "hand1 hand2", deadline=now + 1.0))  # 1 s left to hear
+    worker.submit(rec.speak("first", "first1 first2", first=True, deadline=now))
+    worker.submit(rec.speak("dry", "dry1", deadline=now + 0.1))  # runs dry in 0.1 s
+    worker.submit(rec.speak("asked-before", "again", first=True, deadline=now - 0.15))
     assert worker.queued == 4
     gate.go.set()
     rec.wait(5)
-    # The blocker finishes; the first segments (by deadline), then the rest by deadline.
-    assert engine.computed == [
-        "hold",
-        "again",
-        "first1",
-        "first2",
-        "early1",
-        "early2",
-        "late1",
-        "late2",
-    ]
+    # Due: asked-before at now + 0.05, dry at + 0.1, first at + 0.2 (FIRST_AUDIO_TARGET), and
+    # the listener with a second in hand last.
+    assert FIRST_AUDIO_TARGET == 0.2
+    assert engine.computed == ["hold", "again", "dry1", "first1", "first2", "hand1", "hand2"]
 
 
-def test_a_first_segment_overtakes_a_running_job_at_its_next_step(
-    worker: ComputeWorker, engine: Costed
+def test_a_first_segment_overtakes_a_running_job_due_later_at_its_next_step(
+    worker: ComputeWorker, engine: Costed, clock: FakeClock
 ) -> None:
     engine.gates["c"] = gate = Gate()
     rec = Recorder()
-    worker.submit(rec.speak("long", "a b c d e"))
+    worker.submit(rec.speak("long", "a b c d e", deadline=clock() + 1.0))
     assert gate.reached.wait(WAIT)  # the long job is computing "c"
-    worker.submit(rec.speak("first", "x y", first=True))
+    worker.submit(rec.speak("first", "x y", first=True, deadline=clock()))
     gate.go.set()
     rec.wait(2)
     assert engine.computed == ["a", "b", "c", "x", "y", "d", "e"]
     assert rec.order(JobDone) == ["first", "long"]
+
+
+def test_an_account_is_charged_the_audio_its_compute_was_worth(
+    worker: ComputeWorker, clock: FakeClock
+) -> None:
+    """Each word is 0.1 s of audio for 0.01 s of compute, the cost the worker assumes at
+    first: a real-time listener who started at the first word would have heard the job's
+    0.5 s of audio 0.5 s later, and the account's clock says so."""
+    account = Account()
+    rec = Recorder()
+    first_word_at = clock() + STEP
+    worker.submit(rec.speak("s", "one two three four five", account=account))
+    rec.wait(1)
+    assert worker.cost_per_audio_second == pytest.approx(0.1)
+    assert account.clock == pytest.approx(first_word_at + 0.5)
+
+
+def test_an_account_given_more_than_it_could_hear_waits_behind_the_others(
+    worker: ComputeWorker, engine: Costed, clock: FakeClock
+) -> None:
+    """A session that starts turns faster than it listens: its first segment waits as if its
+    listener still had what it was given beyond the allowance in hand."""
+    engine.gates["hold"] = gate = Gate()
+    rec = Recorder()
+    worker.submit(rec.speak("blocker", "hold"))
+    assert gate.reached.wait(WAIT)
+    now = clock()
+    storm = Account(clock=now + ALLOWANCE + 5.0)  # given 5 s beyond the allowance
+    listening = Account(clock=now + 2.0)  # 2 s in hand: within it
+    worker.submit(rec.speak("storm", "storm1", first=True, deadline=now, account=storm))
+    worker.submit(rec.speak("later", "later1", deadline=now + 6.0))
+    worker.submit(rec.speak("calm", "calm1", deadline=now + 2.0, account=listening))
+    worker.submit(rec.speak("calm-first", "hello", first=True, deadline=now, account=listening))
+    gate.go.set()
+    rec.wait(5)
+    assert engine.computed == ["hold", "hello", "calm1", "storm1", "later1"]
 
 
 def test_a_cancelled_job_stops_at_its_next_step_and_its_generator_is_closed_there(
@@ -312,6 +398,59 @@ def test_two_lanes_run_two_jobs_at_once_from_the_one_queue() -> None:
         worker.stop()
     assert sorted(rec.order(JobDone)) == ["one", "two"]
     assert engine.threads == {"voicews-compute", "voicews-compute-1"}
+
+
+def test_a_job_that_starts_alone_gets_all_the_cores_one_beside_another_its_lane() -> None:
+    engine = Widening()
+    engine.gates["hold"] = gate = Gate()
+    worker = started(engine, lanes=2)
+    try:
+        rec = Recorder()
+        worker.submit(rec.speak("alone", "hold on"))
+        assert gate.reached.wait(WAIT)  # nothing else ran or waited when it started
+        worker.submit(rec.speak("beside", "beside"))  # the other lane, while "alone" runs
+        rec.wait(1)
+        gate.go.set()
+        rec.wait(1)
+    finally:
+        worker.stop()
+    assert (engine.on_all_cores, engine.computed) == (["hold", "on"], ["beside"])
+
+
+def test_a_segment_is_late_only_if_it_was_asked_for_in_time(
+    worker: ComputeWorker, engine: Costed, clock: FakeClock
+) -> None:
+    engine.gates["hold"] = gate = Gate()
+    rec = Recorder()
+    worker.submit(rec.speak("blocker", "hold", deadline=clock() + 1.0))
+    assert gate.reached.wait(WAIT)
+    now = clock()
+    worker.submit(rec.speak("waited", "w", deadline=now + 0.05))  # would have made it at once
+    worker.submit(rec.speak("asked-late", "l", deadline=now - 1.0))  # its listener was dry
+    worker.submit(rec.speak("first", "f", first=True, deadline=now))  # no listener yet
+    clock.now += 0.1  # the blocker takes its time
+    gate.go.set()
+    rec.wait(4)
+    assert worker.stats.late() == (1, 3)  # of the blocker, "waited" and "asked-late"
+
+
+def test_overloaded_when_the_lanes_are_nearly_always_busy_or_listeners_run_dry() -> None:
+    clock = FakeClock()
+    busy = WorkerStats(lanes=2, clock=clock)
+    busy.record(clock(), 2 * WINDOW * OVERLOAD_BUSY)
+    assert busy.busy_ratio() == pytest.approx(OVERLOAD_BUSY) and busy.overloaded()
+    clock.now += WINDOW + 1  # it was a while ago
+    assert busy.busy_ratio() == 0.0 and not busy.overloaded()
+
+    late = WorkerStats(clock=clock)
+    for i in range(100):
+        late.sounded(clock(), late=i < 2)
+    assert late.late() == (2, 100) and not late.overloaded()  # a couple: not yet
+    late.sounded(clock(), late=True)
+    assert not late.overloaded()  # 3 of 101: under OVERLOAD_LATE
+    for _ in range(3):
+        late.sounded(clock(), late=True)
+    assert late.late() == (6, 104) and late.overloaded()
 
 
 def test_an_engine_that_cannot_run_concurrently_gets_one_lane() -> None:

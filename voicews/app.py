@@ -25,7 +25,7 @@ from .protocol import REALTIME_PATH
 from .realtime import RealtimeConnection
 from .session import Session, SessionConfig
 from .speech import speech
-from .worker import ComputeWorker
+from .worker import Account, ComputeWorker
 
 SPEECH_PATH = "/v1/audio/speech"
 _PREFLIGHT = [
@@ -71,6 +71,10 @@ class VoicewsApp:
         self.sessions: dict[str, Session] = {}
         self.connections: dict[str, Connection] = {}
         self.metrics = Metrics(worker, self.sessions)
+        self.one_shot = Account()
+        """Speech requests share one account with the worker: together they get the share of
+        one conversation when the worker is contended (no listener of theirs runs dry), and
+        whatever the conversations leave."""
         self.draining = False
         self._idle = asyncio.Event()
         self._idle.set()
@@ -192,10 +196,14 @@ class VoicewsApp:
             await respond(send, 404, "not found\n")
 
     def _readiness(self) -> str:
+        """``overloaded``: the worker is past what it can keep smooth; a load balancer should
+        send new conversations elsewhere (this one still admits them)."""
         if self.draining:
             return "draining"
         if len(self.sessions) >= self.config.max_sessions:
             return "full"
+        if self.worker.stats.overloaded():
+            return "overloaded"
         return "ready"
 
     async def _speech(self, scope: Scope, receive: Receive, send: Send, method: str) -> None:
@@ -214,7 +222,9 @@ class VoicewsApp:
             )
             self.metrics.http_speech.inc()
             try:
-                driver = SessionDriver(session, self.worker, self.metrics.observe)
+                driver = SessionDriver(
+                    session, self.worker, self.metrics.observe, account=self.one_shot
+                )
                 await speech(driver, receive, send, self.config.voice_name, cors)
             finally:
                 self.close_session(session)

@@ -36,7 +36,8 @@ def parser() -> argparse.ArgumentParser:
         "--lanes",
         type=int,
         default=DEFAULTS.lanes,
-        help="inferences the piper engine runs side by side, each on its share of the cores",
+        help="inferences the piper engine runs side by side, each on its share of the cores "
+        "(default: one per core)",
     )
     serve.add_argument("--idle-flush-ms", type=int, default=DEFAULTS.session.idle_flush_ms)
     serve.add_argument("--max-sessions", type=int, default=DEFAULTS.max_sessions)

@@ -1,7 +1,8 @@
 """Drives one sans-I/O session on the event loop: worker jobs, timers, and the outbox.
 
 Shared by the WebSocket endpoint and the streaming HTTP endpoint, so both go through the
-same segmenter, stitcher and compute worker.
+same segmenter, stitcher and compute worker. The session's synthesis is charged to its worker
+account: its own, or (one-shot requests) one the requests share.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import assert_never
 from .outbox import Outgoing
 from .session import GenerationRequest, Request, Session, SynthesisRequest
 from .worker import (
+    Account,
     ComputeWorker,
     Job,
     JobAudio,
@@ -46,8 +48,10 @@ class SessionDriver:
         worker: ComputeWorker,
         observe: Callable[[Session], None] = lambda _: None,
         generate: Generate | None = None,
+        account: Account | None = None,
     ) -> None:
         self.session = session
+        self._account = account or Account()
         self._generate = generate
         self._worker = worker
         self._observe = observe
@@ -116,11 +120,13 @@ class SessionDriver:
         match request:
             case SynthesisRequest():
                 work = synthesis(request.text, request.options)
-                return Job(work, request.first, request.deadline, on_event)
+                return Job(
+                    work, request.deadline, on_event, first=request.first, account=self._account
+                )
             case GenerationRequest():
                 assert self._generate is not None, "agent mode without a generator"
                 work = self._generate(request)
-                return Job(work, False, self.now(), on_event, TOKEN_DEADLINE_STEP)
+                return Job(work, self.now(), on_event, deadline_step=TOKEN_DEADLINE_STEP)
             case _:
                 assert_never(request)
 

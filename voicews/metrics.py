@@ -50,9 +50,20 @@ class Metrics:
         )
         Gauge(
             "voicews_worker_busy_ratio",
-            "Share of the last 10 s the compute worker spent computing",
+            "Share of the compute lanes' time in the last 10 s spent computing",
             registry=r,
         ).set_function(worker.stats.busy_ratio)
+        Gauge(
+            "voicews_worker_late_ratio",
+            "Share of segments in the last 10 s whose first audio came after their listener ran "
+            "dry, though asked for in time",
+            registry=r,
+        ).set_function(worker.stats.late_ratio)
+        Gauge(
+            "voicews_overloaded",
+            "1 while the compute worker is past what it can keep smooth (also /readyz 503)",
+            registry=r,
+        ).set_function(lambda: float(worker.stats.overloaded()))
 
     def observe(self, session: Session) -> None:
         """Move what a session recorded since the last call into the metrics."""

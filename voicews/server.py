@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import socket
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
@@ -36,13 +37,11 @@ class ServerConfig:
     port: int = 8765
     engine: str = "piper"
     voice: str | None = None
-    lanes: int = 1
+    lanes: int = field(default_factory=lambda: len(os.sched_getaffinity(0)))
     """Compute lanes for an engine that can run several inferences at once (``piper``), each
     on its share of the cores; one in agent mode, whose language model is bound to one thread.
-    Measured on 2 cores: two lanes hold twice the conversations without underrun
-    (``bench/lanes.py``) for a third less CPU, but a lone conversation's first audio comes
-    ~30 ms later and stalls more (``bench/ttfa.py --lanes 1,2``): one lane, all cores on each
-    inference, stays the default; ``--lanes 2`` is for many conversations on a small CPU."""
+    One per core by default: single-threaded inferences side by side do the most per core,
+    and a job that would run alone gets all the cores (``voicews.worker``)."""
     socket_send_buffer: int = 128 * 1024
     """Kernel send buffer per socket. Small, so a slow reader's backlog stays in our bounded
     queue (where barge-in can drop it) rather than in seconds of unretractable kernel buffer."""

@@ -1,34 +1,58 @@
-"""The compute worker: it owns the engine and runs every session's compute on its thread.
+"""The compute worker: it owns the engine and runs every session's compute on its threads.
 
-Jobs are scheduled by urgency, one step at a time: a turn's first segment goes before any
-later work, and the rest goes in order of playback deadline (the session whose listener runs
-dry first). A running job is resumed step by step from its generator, so a first segment
-arriving mid-job overtakes it at the next step. A session has at most one synthesis job
-queued (and in agent mode one generation besides), so the queue is bounded by the number of
-sessions. An engine that can run on several threads at once (onnxruntime on a CPU) is served
-by several lanes taking from the same queue: on a CPU, two single-threaded inferences side by
-side do more than one on two threads.
+It plans rather than ranks: every queued job is due at a time (when its listener runs dry;
+for a turn's first segment, ``FIRST_AUDIO_TARGET`` after it was asked for) and the job due
+first runs next, one step at a time. So a listener about to run dry goes before a first audio
+that can wait a little, and a first audio before a listener with seconds in hand; a running
+job is resumed step by step from its generator, and a job due sooner overtakes it at its next
+step.
+
+Fairness holds per account (a session, or all one-shot requests together), not per job: each
+step's compute is charged to its account, in the seconds of audio it is worth, against a
+real-time clock. An account given more than ``ALLOWANCE`` beyond what a real-time listener
+could have heard (a session that starts turns faster than it listens, a one-shot request that
+wants all its audio at once) waits as if its listener had that much in hand; a session that
+listens never gets there. A session has at most one synthesis job queued (and in agent mode
+one generation besides), so the queue is bounded by the number of sessions.
+
+An engine that can run several inferences at once (onnxruntime on a CPU) is served by several
+lanes taking from the one queue, each inference on its share of the cores: on a CPU, small
+inferences side by side do more than one on all the cores. A job that starts while nothing
+else runs or waits gets all the cores instead, where the engine can widen (``Widenable``).
 """
 
 from __future__ import annotations
 
-import heapq
-import itertools
 import logging
+import math
 import threading
 import time
 from collections import deque
 from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass, field
-from typing import assert_never
+from typing import Any, assert_never
 
 import numpy as np
 
 from .audio import Audio
-from .engines.base import Engine, SynthesisOptions, WordStarts
+from .engines.base import Engine, SynthesisOptions, Widenable, WordStarts
 
 log = logging.getLogger(__name__)
-_BUSY_WINDOW = 10.0
+
+FIRST_AUDIO_TARGET = 0.2
+"""Seconds after a turn's first segment is asked for that it is due: a listener who will run
+dry sooner goes first."""
+ALLOWANCE = 8.0
+"""Seconds of audio an account may be given beyond what a real-time listener could have heard
+before its jobs wait (about a long sentence, so a barge-in now and then costs nothing)."""
+OVERLOAD_BUSY = 0.9
+"""Share of the lanes' time spent computing over ``WINDOW`` past which the worker is overloaded."""
+OVERLOAD_LATE = 0.05
+"""Share of segments over ``WINDOW`` that came after their listener ran dry, though asked for in
+time, past which the worker is overloaded (once there are at least ``_MIN_LATE``)."""
+WINDOW = 10.0
+_MIN_LATE = 3
+_INITIAL_COST = 0.1  # lane-seconds of compute per second of audio, until measured
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,38 +96,70 @@ def synthesis(text: str, options: SynthesisOptions) -> Work:
 
 
 @dataclass(eq=False)
+class Account:
+    """Whose compute a job is: one session, or all one-shot requests together."""
+
+    clock: float = -math.inf
+    """When a real-time listener would have heard all the audio the account's compute was
+    worth (``time.monotonic``)."""
+
+
+@dataclass(eq=False)
 class Job:
     """One piece of work for the compute thread; ``on_event`` is called on that thread."""
 
     run: Work
-    first: bool
-    """A turn's first segment: it goes before everything else."""
     deadline: float
-    """When the listener runs dry; earlier goes first."""
+    """When the listener runs dry (``time.monotonic``, the event loop's clock); for a first
+    segment, when it was asked for."""
     on_event: Callable[[JobEvent], None]
+    first: bool = False
+    """A turn's first segment: due ``FIRST_AUDIO_TARGET`` after its deadline."""
+    account: Account | None = None
+    """Whose compute it is; None: nobody's, never held back."""
     deadline_step: float = 0.0
     """Added to ``deadline`` after each step: a long generation yields to segments whose
     listeners run dry sooner, instead of holding its place."""
     cancelled: bool = False
     _steps: Iterator[Audio | WordStarts | str] | None = field(default=None, repr=False)
+    _wide: bool = field(default=False, repr=False)
+    _submitted: float = field(default=0.0, repr=False)
+    _sounded: bool = field(default=False, repr=False)
+
+    def due(self) -> float:
+        """When it should give its first output; the job due first runs next."""
+        due = self.deadline + (FIRST_AUDIO_TARGET if self.first else 0.0)
+        if self.account is not None:
+            due = max(due, self.account.clock - ALLOWANCE)
+        return due
 
 
 @dataclass(slots=True)
 class WorkerStats:
+    """What the lanes did over the last ``WINDOW`` seconds, for metrics and readiness."""
+
     jobs_done: int = 0
     jobs_failed: int = 0
     busy_seconds: float = 0.0
     lanes: int = 1
+    clock: Callable[[], float] = time.monotonic
     _steps: deque[tuple[float, float]] = field(default_factory=deque, repr=False)
+    _segments: deque[tuple[float, bool]] = field(default_factory=deque, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
-    def record(self, end: float, seconds: float) -> None:
-        """One engine step (on a lane's thread)."""
+    def record(self, end: float, lane_seconds: float) -> None:
+        """One engine step (on a lane's thread); a step on all the cores counts every lane."""
         with self._lock:
-            self.busy_seconds += seconds
-            self._steps.append((end, seconds))
-            while self._steps and self._steps[0][0] < end - _BUSY_WINDOW:
-                self._steps.popleft()
+            self.busy_seconds += lane_seconds
+            self._steps.append((end, lane_seconds))
+            _trim(self._steps, end)
+
+    def sounded(self, at: float, late: bool) -> None:
+        """A segment gave its first audio; ``late``: after its listener ran dry, though asked
+        for early enough to have made it."""
+        with self._lock:
+            self._segments.append((at, late))
+            _trim(self._segments, at)
 
     def count(self, failed: bool) -> None:
         with self._lock:
@@ -113,27 +169,58 @@ class WorkerStats:
                 self.jobs_done += 1
 
     def busy_ratio(self) -> float:
-        """Share of the lanes' time in the last ``_BUSY_WINDOW`` seconds spent computing."""
-        since = time.perf_counter() - _BUSY_WINDOW
+        """Share of the lanes' time in the last ``WINDOW`` seconds spent computing."""
+        since = self.clock() - WINDOW
         with self._lock:
             busy = sum(seconds for end, seconds in self._steps if end >= since)
-        return min(1.0, busy / (_BUSY_WINDOW * self.lanes))
+        return min(1.0, busy / (WINDOW * self.lanes))
+
+    def late(self) -> tuple[int, int]:
+        """Segments late for their listener in the last ``WINDOW`` seconds, and all of them."""
+        since = self.clock() - WINDOW
+        with self._lock:
+            recent = [late for at, late in self._segments if at >= since]
+        return sum(recent), len(recent)
+
+    def late_ratio(self) -> float:
+        late, segments = self.late()
+        return late / segments if segments else 0.0
+
+    def overloaded(self) -> bool:
+        """Past what the worker can keep smooth: its lanes are nearly always busy, or listeners
+        ran dry waiting for it."""
+        late, segments = self.late()
+        return self.busy_ratio() >= OVERLOAD_BUSY or (
+            late >= _MIN_LATE and late >= OVERLOAD_LATE * segments
+        )
+
+
+def _trim(window: deque[tuple[float, Any]], now: float) -> None:
+    while window and window[0][0] < now - WINDOW:
+        window.popleft()
 
 
 class ComputeWorker:
     """Start it once; ``submit`` and ``cancel`` are safe from any thread.
 
-    ``lanes`` threads take jobs from the one queue, in the same order, where the engine can
-    run on several threads at once (``Engine.concurrent``); otherwise there is one.
+    ``lanes`` threads take jobs from the one queue where the engine can run on several threads
+    at once (``Engine.concurrent``); otherwise there is one. ``clock`` is the deadlines' clock,
+    the event loop's (tests drive a fake one).
     """
 
-    def __init__(self, engine_factory: Callable[[], Engine], lanes: int = 1) -> None:
+    def __init__(
+        self,
+        engine_factory: Callable[[], Engine],
+        lanes: int = 1,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         if lanes < 1:
             raise ValueError(f"lanes must be at least 1, not {lanes}")
         self._factory = engine_factory
         self._lanes = lanes
-        self._heap: list[tuple[int, float, int, Job]] = []
-        self._seq = itertools.count()
+        self._queue: list[Job] = []
+        self._running = 0
+        self._cost = _INITIAL_COST
         self._cond = threading.Condition()
         self._stopping = False
         self._ready = threading.Event()
@@ -141,7 +228,8 @@ class ComputeWorker:
         self._threads = [threading.Thread(target=self._run, name="voicews-compute", daemon=True)]
         self.engine_name = ""
         self.sample_rate = 0
-        self.stats = WorkerStats()
+        self._clock = clock
+        self.stats = WorkerStats(clock=clock)
 
     def start(self) -> None:
         """Start the first lane, wait until it has built the engine, then the others."""
@@ -159,7 +247,8 @@ class ComputeWorker:
 
     def submit(self, job: Job) -> None:
         with self._cond:
-            self._push(job)
+            job._submitted = self._clock()
+            self._queue.append(job)
             self._cond.notify()
 
     @staticmethod
@@ -169,50 +258,85 @@ class ComputeWorker:
 
     @property
     def queued(self) -> int:
-        return len(self._heap)
+        with self._cond:
+            return sum(not job.cancelled for job in self._queue)
 
-    def _push(self, job: Job) -> None:
-        heapq.heappush(self._heap, (0 if job.first else 1, job.deadline, next(self._seq), job))
+    @property
+    def cost_per_audio_second(self) -> float:
+        """Lane-seconds of compute per second of audio, as measured (an estimate at first)."""
+        return self._cost
 
     def _run(self) -> None:
         try:
             engine = self._factory()
             self.engine_name, self.sample_rate = engine.name, engine.sample_rate
+            lanes = self._lanes if engine.concurrent else 1
+            wide = engine.wide() if lanes > 1 and isinstance(engine, Widenable) else None
         except BaseException as exc:
             self._load_error = exc
             self._ready.set()
             return
-        self.stats.lanes = self._lanes if engine.concurrent else 1
-        for lane in range(1, self.stats.lanes):
+        self.stats.lanes = lanes
+        for lane in range(1, lanes):
             thread = threading.Thread(
-                target=self._serve, args=(engine,), name=f"voicews-compute-{lane}", daemon=True
+                target=self._serve, args=(engine, wide), name=f"voicews-compute-{lane}", daemon=True
             )
             self._threads.append(thread)
             thread.start()
         self._ready.set()
-        self._serve(engine)
+        self._serve(engine, wide)
 
-    def _serve(self, engine: Engine) -> None:
+    def _take(self) -> tuple[Job | None, list[Job]]:
+        """The job due first (None when stopping), and the cancelled ones to close; with the
+        lock held."""
+        while not self._queue and not self._stopping:
+            self._cond.wait()
+        if self._stopping:
+            return None, []
+        dropped = [job for job in self._queue if job.cancelled]
+        self._queue = [job for job in self._queue if not job.cancelled]
+        job = min(self._queue, key=Job.due, default=None)  # ties: the one queued first
+        if job is not None:
+            self._queue.remove(job)
+            self._running += 1
+            if job._steps is None:  # it starts now: alone, it gets all the cores
+                job._wide = self._running == 1 and not self._queue
+        return job, dropped
+
+    def _serve(self, engine: Engine, wide: Engine | None) -> None:
         while True:
             with self._cond:
-                while not self._heap and not self._stopping:
-                    self._cond.wait()
+                job, dropped = self._take()
+            for cancelled in dropped:
+                _close(cancelled)
+            if job is None:
                 if self._stopping:
                     return
-                job = heapq.heappop(self._heap)[3]
-            if job.cancelled:
-                _close(job)
                 continue
-            started = time.perf_counter()
-            if self._step(engine, job):
-                job.deadline += job.deadline_step
-                with self._cond:
-                    self._push(job)
-            ended = time.perf_counter()
-            self.stats.record(ended, ended - started)
+            on_all_cores = job._wide and wide is not None
+            started = self._clock()
+            sounded = job._sounded
+            more, audio_seconds = self._step(wide if wide and job._wide else engine, job)
+            ended = self._clock()
+            lane_seconds = (ended - started) * (self.stats.lanes if on_all_cores else 1)
+            self.stats.record(ended, lane_seconds)
+            if audio_seconds and not sounded and not job.first:
+                in_time = job._submitted + (ended - started) <= job.deadline
+                self.stats.sounded(ended, late=in_time and ended > job.deadline)
+            with self._cond:
+                self._running -= 1
+                if audio_seconds:
+                    self._cost = 0.9 * self._cost + 0.1 * lane_seconds / audio_seconds
+                if job.account is not None:
+                    job.account.clock = max(job.account.clock, ended) + lane_seconds / self._cost
+                if more:
+                    job.deadline += job.deadline_step
+                    self._queue.append(job)
+                    self._cond.notify()
 
-    def _step(self, engine: Engine, job: Job) -> bool:
-        """Run one step of ``job``; True if it has more to do."""
+    def _step(self, engine: Engine, job: Job) -> tuple[bool, float]:
+        """Run one step of ``job``: whether it has more to do, and the seconds of audio the
+        step gave."""
         try:
             if job._steps is None:
                 job._steps = job.run(engine)
@@ -222,16 +346,19 @@ class ComputeWorker:
             log.exception("compute job failed")
             self.stats.count(failed=True)
             job.on_event(JobFailed(f"{type(exc).__name__}: {exc}"))
-            return False
+            return False, 0.0
         if job.cancelled:
             _close(job)
-            return False
+            return False, 0.0
         if event is None:
             self.stats.count(failed=False)
             job.on_event(JobDone())
-            return False
+            return False, 0.0
         job.on_event(event)
-        return True
+        if isinstance(event, JobAudio):
+            job._sounded = True
+            return True, event.audio.size / self.sample_rate
+        return True, 0.0
 
 
 def _event(item: Audio | WordStarts | str) -> JobEvent:

@@ -68,7 +68,7 @@ class AgentBackend:
             self._model()
             yield from ()
 
-        worker.submit(Job(load, first=True, deadline=0.0, on_event=on_event))
+        worker.submit(Job(load, deadline=0.0, on_event=on_event))
         done.wait()
         if failure:
             raise RuntimeError(f"agent model {self.model_name!r} failed to load: {failure[0]}")
