@@ -357,9 +357,11 @@ def test_an_engine_that_fails_to_load_is_reported() -> None:
 
 
 def test_a_generation_steps_aside_once_its_deadline_passes_a_segments(
-    worker: ComputeWorker, engine: Costed
+    worker: ComputeWorker, engine: Costed, clock: FakeClock
 ) -> None:
-    """Each step of a long generation (agent mode) pushes its deadline back by its step."""
+    """Each step of a long generation (agent mode) pushes its deadline back by its step; each
+    step of a segment pushes its own back by the audio it gave (its listener has that more to
+    hear)."""
     rec = Recorder()
     gate = Gate()
 
@@ -368,9 +370,10 @@ def test_a_generation_steps_aside_once_its_deadline_passes_a_segments(
         for i in range(8):
             yield f" w{i}"
 
-    worker.submit(rec.job("generation", tokens, deadline=0.0, step=0.25))
+    now = clock()
+    worker.submit(rec.job("generation", tokens, deadline=now, step=0.25))
     assert gate.reached.wait(WAIT)
-    worker.submit(rec.speak("segment", "s1 s2", deadline=0.9))
+    worker.submit(rec.speak("segment", "s1 s2", deadline=now + 0.95))
     gate.go.set()
     rec.wait(2)
     order = [
@@ -378,9 +381,9 @@ def test_a_generation_steps_aside_once_its_deadline_passes_a_segments(
         for name, event in rec.events
         if isinstance(event, JobText | JobAudio)
     ]
-    # The generation's deadlines 0, 0.25, 0.5 and 0.75 come before the segment's 0.9; its 1.0
-    # after, and the segment keeps its deadline from step to step.
-    assert order == [" w0", " w1", " w2", " w3", "segment", "segment", " w4", " w5", " w6", " w7"]
+    # The generation is due at 0, 0.25, 0.5, 0.75, 1.0, ... after now; the segment at 0.95,
+    # then at 1.05, once its first word (0.1 s) is in hand.
+    assert order == [" w0", " w1", " w2", " w3", "segment", " w4", "segment", " w5", " w6", " w7"]
     assert rec.order(JobDone) == ["segment", "generation"]
 
 

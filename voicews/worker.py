@@ -111,7 +111,7 @@ class Job:
     run: Work
     deadline: float
     """When the listener runs dry (``time.monotonic``, the event loop's clock); for a first
-    segment, when it was asked for."""
+    segment, when it was asked for. Each step's audio moves it on as the listener's end."""
     on_event: Callable[[JobEvent], None]
     first: bool = False
     """A turn's first segment: due ``FIRST_AUDIO_TARGET`` after its deadline."""
@@ -327,6 +327,9 @@ class ComputeWorker:
                 self._running -= 1
                 if audio_seconds:
                     self._cost = 0.9 * self._cost + 0.1 * lane_seconds / audio_seconds
+                    # Its listener has this much more to hear before the next step is needed.
+                    plays_from = ended if job.first else max(job.deadline, ended)
+                    job.deadline, job.first = plays_from + audio_seconds, False
                 if job.account is not None:
                     job.account.clock = max(job.account.clock, ended) + lane_seconds / self._cost
                 if more:
