@@ -34,3 +34,22 @@ def test_latency_rises_at_once_and_decays_slowly() -> None:
     assert pacing.guards(50)[0] == pytest.approx(0.9)
     pacing.observe(seconds=0.5, chars=5)  # a short text counts as 20 characters
     assert pacing.guards(20)[0] == pytest.approx(0.5)
+
+
+def test_a_timer_at_a_cut_time_finds_the_urgency_risen_despite_rounding() -> None:
+    """The session sets a timer for ``cut_times``; at that moment the audio left is the guard
+    give or take a rounding, which must not leave the cut waiting for the next text."""
+    pacing = Pacing(stall_guard_ms=150, max_chars=100)
+    end = 1.0761
+    clause_at, word_at = pacing.cut_times(end, 21)
+    assert pacing.urgency(end - clause_at + 1e-9, 21) is Urgency.URGENT
+    assert pacing.urgency(end - word_at + 1e-9, 21) is Urgency.CRITICAL
+
+
+def test_a_crowded_worker_keeps_its_wait_more_in_hand() -> None:
+    pacing = Pacing(stall_guard_ms=150, max_chars=100)
+    calm = pacing.guards(40)
+    pacing.crowded(0.3)  # segments wait 300 ms for the worker lately
+    assert pacing.guards(40) == pytest.approx((calm[0] + 0.3, calm[1] + 0.3))
+    pacing.crowded(0.0)
+    assert pacing.guards(40) == pytest.approx(calm)

@@ -420,7 +420,7 @@ def test_a_job_that_starts_alone_gets_all_the_cores_one_beside_another_its_lane(
     assert (engine.on_all_cores, engine.computed) == (["hold", "on"], ["beside"])
 
 
-def test_a_segment_is_late_only_if_it_was_asked_for_in_time(
+def test_a_segment_is_late_only_if_it_was_asked_for_in_time_and_waits_are_kept(
     worker: ComputeWorker, engine: Costed, clock: FakeClock
 ) -> None:
     engine.gates["hold"] = gate = Gate()
@@ -435,6 +435,9 @@ def test_a_segment_is_late_only_if_it_was_asked_for_in_time(
     gate.go.set()
     rec.wait(4)
     assert worker.stats.late() == (1, 3)  # of the blocker, "waited" and "asked-late"
+    # "asked-late" waited longest, 0.12 s (the blocker's 0.1 + a word each for it and
+    # "waited"): the wait lately, which sessions keep more audio in hand for.
+    assert worker.queue_wait == pytest.approx(0.12)
 
 
 def test_overloaded_when_the_lanes_are_nearly_always_busy_or_listeners_run_dry() -> None:

@@ -99,6 +99,7 @@ class SessionDriver:
                 self._worker.cancel(cancelled)
         if session.outbox or session.close_request is not None:
             self._wake.set()
+        session.crowded(self._worker.queue_wait)
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None

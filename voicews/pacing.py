@@ -2,7 +2,8 @@
 
 While the listener has plenty ahead, the segmenter waits for natural, longer segments; as the
 audio left nears what synthesizing the pending text is expected to take (the latency per
-character this session has been seeing, plus a margin), it cuts at a clause, then at any word.
+character this session has been seeing, plus what segments wait for the worker lately, plus a
+margin), it cuts at a clause, then at any word. So a loaded worker keeps more audio in hand.
 """
 
 from __future__ import annotations
@@ -13,6 +14,9 @@ from .segmenter import Urgency
 # engine may compute the whole segment first), until measured; short texts count as 20.
 _INITIAL_LATENCY_PER_CHAR = 0.1 / 20
 _MIN_CHARS = 20
+# A timer set for a cut time finds the audio left equal to the guard give or take a rounding
+# (or fires a hair early): it still counts, or the cut would wait for the next text to come.
+_SLACK = 0.001
 
 
 class Pacing:
@@ -22,6 +26,7 @@ class Pacing:
         self._margin = stall_guard_ms / 1000
         self._max_chars = max_chars
         self._latency_per_char = _INITIAL_LATENCY_PER_CHAR
+        self._wait = 0.0
 
     def observe(self, seconds: float, chars: int) -> None:
         """A segment of ``chars`` gave its first audio after ``seconds``: rise at once with a
@@ -30,14 +35,19 @@ class Pacing:
         old = self._latency_per_char
         self._latency_per_char = sample if sample > old else 0.9 * old + 0.1 * sample
 
+    def crowded(self, wait: float) -> None:
+        """Segments (every session's) wait ``wait`` seconds for the worker lately."""
+        self._wait = wait
+
     def guards(self, pending_chars: int) -> tuple[float, float]:
         """Audio left at which to cut at a clause, and at which to cut at any word.
 
         Both leave room for synthesizing all the pending text (up to a segment's cap) at the
-        latency per character seen so far.
+        latency per character seen so far, and for the worker's queue as it is lately (the
+        session's own latency shows it only once its own segments have waited).
         """
         chars = min(pending_chars, self._max_chars)
-        latency = self._latency_per_char * max(chars, _MIN_CHARS)
+        latency = self._latency_per_char * max(chars, _MIN_CHARS) + self._wait
         return latency + self._margin, latency + self._margin / 3
 
     def cut_times(self, end: float | None, pending_chars: int) -> list[float]:
@@ -47,8 +57,8 @@ class Pacing:
     def urgency(self, ahead: float, pending_chars: int) -> Urgency:
         """With ``ahead`` seconds of audio left for the listener (sent or not)."""
         clause_guard, word_guard = self.guards(pending_chars)
-        if ahead <= word_guard:
+        if ahead <= word_guard + _SLACK:
             return Urgency.CRITICAL
-        if ahead <= clause_guard:
+        if ahead <= clause_guard + _SLACK:
             return Urgency.URGENT
         return Urgency.RELAXED

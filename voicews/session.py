@@ -309,6 +309,11 @@ class Session:
             self.close_request = Close(CloseCode.NORMAL_CLOSURE, "idle timeout")
         self._pump(now)
 
+    def crowded(self, wait: float) -> None:
+        """Segments wait ``wait`` seconds for the compute worker lately (its load): keep that
+        much more audio in hand."""
+        self._pacing.crowded(wait)
+
     def drain(self, now: float) -> None:
         """Server shutdown: finish the current turn, start no new one, then close."""
         self._draining = True

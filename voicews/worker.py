@@ -103,6 +103,10 @@ class Account:
     """When a real-time listener would have heard all the audio the account's compute was
     worth (``time.monotonic``)."""
 
+    def charge(self, ended: float, worth: float) -> None:
+        """A step that ended at ``ended`` took compute worth ``worth`` seconds of audio."""
+        self.clock = max(self.clock, ended) + worth
+
 
 @dataclass(eq=False)
 class Job:
@@ -132,6 +136,12 @@ class Job:
         if self.account is not None:
             due = max(due, self.account.clock - ALLOWANCE)
         return due
+
+    def gave(self, ended: float, audio_seconds: float) -> None:
+        """A step gave ``audio_seconds`` of audio at ``ended``: the listener has that much more
+        to hear before the next step is needed."""
+        plays_from = ended if self.first else max(self.deadline, ended)
+        self.deadline, self.first = plays_from + audio_seconds, False
 
 
 @dataclass(slots=True)
@@ -221,6 +231,7 @@ class ComputeWorker:
         self._queue: list[Job] = []
         self._running = 0
         self._cost = _INITIAL_COST
+        self._wait = 0.0
         self._cond = threading.Condition()
         self._stopping = False
         self._ready = threading.Event()
@@ -262,6 +273,12 @@ class ComputeWorker:
             return sum(not job.cancelled for job in self._queue)
 
     @property
+    def queue_wait(self) -> float:
+        """Seconds a segment waits in the queue before it starts, lately: at once the longest
+        wait seen, easing off as the waits shorten."""
+        return self._wait
+
+    @property
     def cost_per_audio_second(self) -> float:
         """Lane-seconds of compute per second of audio, as measured (an estimate at first)."""
         return self._cost
@@ -301,6 +318,9 @@ class ComputeWorker:
             self._running += 1
             if job._steps is None:  # it starts now: alone, it gets all the cores
                 job._wide = self._running == 1 and not self._queue
+                if not job.first:
+                    wait = self._clock() - job._submitted
+                    self._wait = wait if wait > self._wait else 0.9 * self._wait + 0.1 * wait
         return job, dropped
 
     def _serve(self, engine: Engine, wide: Engine | None) -> None:
@@ -327,11 +347,9 @@ class ComputeWorker:
                 self._running -= 1
                 if audio_seconds:
                     self._cost = 0.9 * self._cost + 0.1 * lane_seconds / audio_seconds
-                    # Its listener has this much more to hear before the next step is needed.
-                    plays_from = ended if job.first else max(job.deadline, ended)
-                    job.deadline, job.first = plays_from + audio_seconds, False
+                    job.gave(ended, audio_seconds)
                 if job.account is not None:
-                    job.account.clock = max(job.account.clock, ended) + lane_seconds / self._cost
+                    job.account.charge(ended, lane_seconds / self._cost)
                 if more:
                     job.deadline += job.deadline_step
                     self._queue.append(job)

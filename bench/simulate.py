@@ -1,0 +1,397 @@
+"""The compute worker's planning on a model of a quiet machine, in simulated time.
+
+N conversations go through the real sans-I/O ``Session`` (segmenter, pacing, stitcher, outbox)
+as ``capacity.py`` runs them (a burst: all in the same instant, no jitter buffer; staggered:
+several turns each, a 100 ms jitter buffer), but the engine is a cost model of Piper on this
+voice measured on one idle core (5 ms + 71 ms per second of audio; about 0.058 s of audio per
+character plus 0.15 s per sentence) and time is simulated, so a run is deterministic and a
+scheduling policy can be compared with another where the shared machine is too noisy to tell.
+Each policy is a way to run the worker's queue:
+
+- ``planned``: voicews' worker (``voicews.worker``): the job due first runs next (``Job.due``:
+  fairness per account, a first segment due ``FIRST_AUDIO_TARGET`` after it is asked for),
+  one single-threaded lane per core, a job that starts alone on all the cores.
+- ``strict``: the worker before it: a turn's first segment before any later one, then by
+  deadline; one lane, every inference on all the cores.
+- ``strict-lanes``: the same order on one single-threaded lane per core (``--lanes 2``).
+
+An inference on all the cores takes ``--wide-factor`` of its time on one (0.6, assumed); when
+more threads run than there are cores, a job starting then takes proportionally longer.
+
+    python bench/simulate.py                        # N = 1..32, all policies, ~1 min
+    python bench/simulate.py --ns 16 --policies planned,strict --first-target 0.1,0.2,0.3
+"""
+
+from __future__ import annotations
+
+import argparse
+import heapq
+import itertools
+import random
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+from harness import (
+    BURST_REPLIES,
+    CONVERSATION_REPLIES,
+    BurstSummary,
+    LoadSummary,
+    Turn,
+    fmt,
+    int_list,
+    largest_clean_n,
+    largest_smooth_n,
+    render,
+)
+
+from voicews import worker as planning
+from voicews.client import word_pieces
+from voicews.outbox import Outgoing
+from voicews.protocol import AudioFrame, EndText, TextDelta, TurnDone, TurnReset
+from voicews.session import Session, SessionConfig, SynthesisRequest
+from voicews.worker import Account, Job
+
+RATE = 22050
+SECONDS_PER_CHAR = 0.058
+SECONDS_PER_SENTENCE = 0.15
+COST_FIXED = 0.005
+COST_PER_AUDIO_SECOND = 0.071
+_SENTENCES = re.compile(r"(?<=[.!?])\s+")
+
+
+@dataclass(frozen=True)
+class Machine:
+    cores: int = 2
+    wide_factor: float = 0.6
+
+
+@dataclass(frozen=True)
+class Policy:
+    name: str
+    lanes: Callable[[Machine], int]
+    key: Callable[[Job], tuple[float, ...]]
+    widen: Callable[[int, int, int], bool]
+    """(lanes, jobs running, jobs queued) when a job starts: does it get all the cores?"""
+    fair: bool
+
+
+POLICIES = {
+    "planned": Policy(
+        "planned",
+        lambda m: m.cores,
+        lambda job: (job.due(),),
+        lambda lanes, running, queued: lanes > 1 and running == 0 and queued == 0,
+        fair=True,
+    ),
+    "strict": Policy(
+        "strict",
+        lambda m: 1,
+        lambda job: (0.0 if job.first else 1.0, job.deadline),
+        lambda lanes, running, queued: True,
+        fair=False,
+    ),
+    "strict-lanes": Policy(
+        "strict-lanes",
+        lambda m: m.cores,
+        lambda job: (0.0 if job.first else 1.0, job.deadline),
+        lambda lanes, running, queued: False,
+        fair=False,
+    ),
+}
+
+
+@dataclass(eq=False)
+class SimJob:
+    job: Job
+    session: SimSession
+    job_id: int
+    sentences: list[str]
+    seq: int
+    started: bool = False
+
+
+@dataclass(eq=False)
+class SimSession:
+    """One conversation: the real session, and what its client received."""
+
+    index: int
+    session: Session
+    account: Account
+    turn: Turn | None = None
+    times: list[float] = field(default_factory=list)
+    samples: list[int] = field(default_factory=list)
+    jobs: dict[int, SimJob] = field(default_factory=dict)
+    timer: tuple[float, int] | None = None
+
+
+class Simulation:
+    def __init__(self, policy: Policy, machine: Machine, jitter_s: float) -> None:
+        self.policy, self.machine, self.jitter_s = policy, machine, jitter_s
+        self.now = 0.0
+        self._events: list[tuple[float, int, Callable[[], None]]] = []
+        self._seq = itertools.count()
+        self.queue: list[SimJob] = []
+        self.lanes = policy.lanes(machine)
+        self.free = self.lanes
+        self.threads = 0
+        self.lane_seconds = 0.0
+        self.wait = 0.0
+        """The queue wait lately, as ``ComputeWorker.queue_wait`` keeps it."""
+        self.turns: list[Turn] = []
+        self.on_turn_done: Callable[[SimSession, Turn], None] | None = None
+        self.session_config = SessionConfig()
+        self._cancelled: set[int] = set()
+
+    # --- time -----------------------------------------------------------------------------
+
+    def at(self, when: float, action: Callable[[], None]) -> int:
+        seq = next(self._seq)
+        heapq.heappush(self._events, (when, seq, action))
+        return seq
+
+    def run(self) -> None:
+        while self._events:
+            when, seq, action = heapq.heappop(self._events)
+            if seq in self._cancelled:
+                continue
+            self.now = max(self.now, when)
+            action()
+
+    # --- the driver ------------------------------------------------------------------------
+
+    def sync(self, conv: SimSession) -> None:
+        session = conv.session
+        while (item := session.outbox.pop()) is not None:  # sent at once; may free room
+            session.sent(item, self.now)
+            self.receive(conv, item)
+        for request in session.take_submissions():
+            assert isinstance(request, SynthesisRequest)
+            job = Job(
+                lambda _engine: iter(()),
+                request.deadline,
+                lambda _event: None,
+                first=request.first,
+                account=conv.account if self.policy.fair else None,
+            )
+            job._submitted = self.now
+            sentences = [s for s in _SENTENCES.split(request.text) if s.strip()]
+            sim = SimJob(job, conv, request.job_id, sentences, next(self._seq))
+            conv.jobs[request.job_id] = sim
+            self.queue.append(sim)
+        for job_id in session.take_cancellations():
+            if (cancelled := conv.jobs.pop(job_id, None)) is not None:
+                cancelled.job.cancelled = True
+        session.crowded(self.wait)
+        if conv.timer is not None:
+            self._cancelled.add(conv.timer[1])
+            conv.timer = None
+        wake = session.wakeup_at(self.now)
+        if wake is not None and wake < self.now + 60:
+            conv.timer = (wake, self.at(wake, lambda: self.tick(conv)))
+        self.dispatch()
+
+    def tick(self, conv: SimSession) -> None:
+        conv.timer = None
+        conv.session.tick(self.now)
+        self.sync(conv)
+
+    def receive(self, conv: SimSession, item: Outgoing) -> None:
+        turn = conv.turn
+        if turn is None:
+            return
+        if isinstance(item, AudioFrame):
+            conv.times.append(self.now)
+            conv.samples.append(item.samples)
+        elif isinstance(item, TurnDone):
+            turn.done_at = self.now
+            turn.finish(conv.times, conv.samples, self.jitter_s)
+            self.turns.append(turn)
+            conv.turn = None
+            if self.on_turn_done is not None:
+                self.on_turn_done(conv, turn)
+
+    def speak(self, conv: SimSession, turn: Turn, text: str, rate: float) -> None:
+        """Start a turn now: reset, then the word pieces at ``rate``, then the end."""
+        conv.turn, conv.times, conv.samples = turn, [], []
+        turn.sample_rate = RATE
+        conv.session.handle(TurnReset(turn_id=f"t{len(self.turns)}-{conv.index}"), self.now)
+        self.sync(conv)
+        pieces = word_pieces(text)
+        for i, piece in enumerate(pieces):
+            self.at(self.now + i / rate, lambda p=piece: self.delta(conv, p))
+        self.at(self.now + (len(pieces) - 1) / rate + 1e-6, lambda: self.end(conv))
+
+    def delta(self, conv: SimSession, piece: str) -> None:
+        assert conv.turn is not None
+        if conv.turn.first_delta_at is None:
+            conv.turn.first_delta_at = self.now
+        conv.session.handle(TextDelta(text=piece), self.now)
+        self.sync(conv)
+
+    def end(self, conv: SimSession) -> None:
+        assert conv.turn is not None
+        conv.turn.end_text_at = self.now
+        conv.session.handle(EndText(), self.now)
+        self.sync(conv)
+
+    # --- the worker ------------------------------------------------------------------------
+
+    def dispatch(self) -> None:
+        while self.free:
+            self.queue = [j for j in self.queue if not j.job.cancelled]
+            if not self.queue:
+                return
+            sim = min(self.queue, key=lambda j: (*self.policy.key(j.job), j.seq))
+            self.queue.remove(sim)
+            running = self.lanes - self.free
+            wide = self.policy.widen(self.lanes, running, len(self.queue))
+            if not sim.started and not sim.job.first:
+                wait = self.now - sim.job._submitted
+                self.wait = wait if wait > self.wait else 0.9 * self.wait + 0.1 * wait
+            sim.started = True
+            self.free -= 1
+            self.step(sim, wide)
+
+    def step(self, sim: SimJob, wide: bool) -> None:
+        sentence = sim.sentences.pop(0)
+        audio_s = SECONDS_PER_CHAR * len(sentence) + SECONDS_PER_SENTENCE
+        threads = self.machine.cores if wide else 1
+        seconds = COST_FIXED + COST_PER_AUDIO_SECOND * audio_s
+        if wide:
+            seconds *= self.machine.wide_factor
+        self.threads += threads
+        seconds *= max(1.0, self.threads / self.machine.cores)
+        started = self.now
+
+        def done() -> None:
+            self.threads -= threads
+            self.free += 1
+            lane_seconds = (self.now - started) * threads
+            self.lane_seconds += lane_seconds
+            job, conv = sim.job, sim.session
+            if not job.cancelled:
+                job.gave(self.now, audio_s)
+                if job.account is not None:
+                    job.account.charge(self.now, lane_seconds / COST_PER_AUDIO_SECOND)
+                audio = np.full(round(audio_s * RATE), 0.1, dtype=np.float32)
+                conv.session.on_audio(sim.job_id, audio, self.now)
+                if sim.sentences:
+                    sim.seq = next(self._seq)
+                    self.queue.append(sim)
+                else:
+                    conv.jobs.pop(sim.job_id, None)
+                    conv.session.on_done(sim.job_id, self.now)
+                self.sync(conv)
+            self.dispatch()
+
+        self.at(self.now + seconds, done)
+
+    def conversation(self, index: int) -> SimSession:
+        session = Session(f"s{index}", RATE, self.session_config)
+        session.start(self.now)
+        return SimSession(index, session, Account())
+
+
+# --- scenarios -------------------------------------------------------------------------------
+
+
+def burst(policy: Policy, machine: Machine, n: int, rate: float) -> BurstSummary:
+    sim = Simulation(policy, machine, 0.0)
+    for i in range(n):
+        conv = sim.conversation(i)
+        reply = i % len(BURST_REPLIES)
+        turn = Turn(policy.name, "burst", rate, reply, n=n, conversation=i)
+        sim.at(0.0, lambda c=conv, t=turn, r=reply: sim.speak(c, t, BURST_REPLIES[r], rate))
+    sim.run()
+    return BurstSummary.of(n, sim.turns, sim.lane_seconds, 0.0)
+
+
+def staggered(
+    policy: Policy, machine: Machine, n: int, turns: int, rate: float, jitter_s: float, seed: int
+) -> LoadSummary:
+    sim = Simulation(policy, machine, jitter_s)
+    rng = random.Random(seed)
+    spoken: dict[int, int] = {}
+
+    def next_turn(conv: SimSession) -> None:
+        k = spoken.get(conv.index, 0)
+        reply = (conv.index + k) % len(CONVERSATION_REPLIES)
+        turn = Turn(policy.name, "sweep", rate, reply, repeat=k, n=n, conversation=conv.index)
+        spoken[conv.index] = k + 1
+        sim.speak(conv, turn, CONVERSATION_REPLIES[reply], rate)
+
+    def done(conv: SimSession, turn: Turn) -> None:
+        if spoken[conv.index] < turns and turn.first_delta_at is not None:
+            heard = turn.first_delta_at + (turn.playback.end_s or 0.0)
+            sim.at(max(sim.now, heard) + rng.uniform(0.5, 1.5), lambda: next_turn(conv))
+
+    sim.on_turn_done = done
+    for i in range(n):
+        conv = sim.conversation(i)
+        sim.at(rng.uniform(0.0, 1.5), lambda c=conv: next_turn(c))
+    sim.run()
+    wall = max((t.done_at or 0.0) for t in sim.turns)
+    return LoadSummary.of(n, sim.turns, sim.lane_seconds, wall, 0.0)
+
+
+# --- main ------------------------------------------------------------------------------------
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
+    parser.add_argument("--ns", type=int_list, default=[1, 4, 8, 12, 16, 24, 32])
+    parser.add_argument("--policies", default=",".join(POLICIES), help="comma-separated")
+    parser.add_argument("--cores", type=int, default=2)
+    parser.add_argument("--wide-factor", type=float, default=0.6)
+    parser.add_argument(
+        "--first-target",
+        type=lambda s: [float(v) for v in s.split(",")],
+        default=[planning.FIRST_AUDIO_TARGET],
+        help="FIRST_AUDIO_TARGET values to try with the planned policy",
+    )
+    parser.add_argument("--turns", type=int, default=3)
+    parser.add_argument("--rate", type=float, default=20.0)
+    parser.add_argument("--seed", type=int, default=1)
+    args = parser.parse_args(argv)
+    machine = Machine(args.cores, args.wide_factor)
+    burst_levels: dict[str, list[BurstSummary]] = {}
+    staggered_levels: dict[str, list[LoadSummary]] = {}
+    for name in args.policies.split(","):
+        targets = args.first_target if name == "planned" else [planning.FIRST_AUDIO_TARGET]
+        for target in targets:
+            planning.FIRST_AUDIO_TARGET = target
+            label = name if len(targets) == 1 else f"{name} {1000 * target:.0f} ms"
+            policy = POLICIES[name]
+            burst_levels[label] = [burst(policy, machine, n, args.rate) for n in args.ns]
+            staggered_levels[label] = [
+                staggered(policy, machine, n, args.turns, args.rate, 0.1, args.seed)
+                for n in args.ns
+            ]
+    print(
+        f"model: {args.cores} cores, {1000 * COST_PER_AUDIO_SECOND:.0f} ms per audio second on "
+        f"one, x{args.wide_factor:g} on all; {args.rate:g} tokens/s"
+    )
+    header = ["N", "policy", "burst fa p95", "max stall", "stalled", "lane ms/audio s",
+              "stag. fa p95", "underruns", "conv w/ under", "max stall"]  # fmt: skip
+    rows = []
+    for i, n in enumerate(args.ns):
+        for label in burst_levels:
+            b, s = burst_levels[label][i], staggered_levels[label][i]
+            rows.append([
+                str(n), label, fmt(b.ttfa_p95_ms), fmt(b.max_stall_ms), f"{b.stalled}/{n}",
+                fmt(b.cpu_ms_per_audio_s), fmt(s.ttfa_p95_ms), str(s.underruns),
+                f"{s.conversations_with_underrun}/{n}", fmt(s.longest_stall_ms),
+            ])  # fmt: skip
+    print(render(header, rows, left=2))
+    for label in burst_levels:
+        print(
+            f"largest N without a stall: {label}: burst "
+            f"{largest_smooth_n(burst_levels[label])}, staggered "
+            f"{largest_clean_n(staggered_levels[label])}"
+        )
+
+
+if __name__ == "__main__":
+    main()
