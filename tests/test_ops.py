@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import re
+import time
 
 import pytest
 
@@ -34,6 +35,20 @@ async def test_readiness_fails_while_draining() -> None:
         assert (await http_get(srv.port, "/healthz"))[0] == 200
 
 
+async def test_readiness_and_metrics_say_when_the_worker_is_overloaded() -> None:
+    """So a load balancer routes new conversations elsewhere; this server still admits them."""
+    async with running() as srv:
+        assert (await http_get(srv.port, "/readyz"))[::2] == (200, b"ready\n")
+        for _ in range(3):  # three segments came after their listeners ran dry
+            srv.worker.stats.sounded(time.monotonic(), late=True)
+        assert (await http_get(srv.port, "/readyz"))[::2] == (503, b"overloaded\n")
+        metrics = (await http_get(srv.port, "/metrics"))[2].decode()
+        assert sample(metrics, "voicews_overloaded") == 1
+        assert sample(metrics, "voicews_worker_late_ratio") == 1
+        async with await RealtimeClient.connect(srv.url) as c:
+            assert c.created.session_id
+
+
 async def test_metrics_count_sessions_turns_latency_and_errors(
     server: VoicewsServer, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -55,8 +70,9 @@ async def test_metrics_count_sessions_turns_latency_and_errors(
     ]:
         assert sample(after, name) - sample(before, name, default=0.0) >= grew, name
     for name in ("voicews_worker_busy_ratio", "voicews_worker_queue_depth",
-                 "voicews_pending_audio_seconds"):  # fmt: skip
+                 "voicews_pending_audio_seconds", "voicews_worker_late_ratio"):  # fmt: skip
         assert sample(after, name) >= 0
+    assert sample(after, "voicews_overloaded") in (0, 1)
     assert "voicews_stall_seconds_bucket" in after
     # One log line per event, with session and turn ids.
     assert turn.done is not None

@@ -25,6 +25,7 @@ from voicews.worker import (
     ALLOWANCE,
     FIRST_AUDIO_TARGET,
     OVERLOAD_BUSY,
+    OVERLOAD_WAIT,
     WINDOW,
     Account,
     ComputeWorker,
@@ -440,23 +441,25 @@ def test_a_segment_is_late_only_if_it_was_asked_for_in_time_and_waits_are_kept(
     assert worker.queue_wait == pytest.approx(0.12)
 
 
-def test_overloaded_when_the_lanes_are_nearly_always_busy_or_listeners_run_dry() -> None:
+def test_overloaded_when_busy_lanes_keep_segments_waiting_or_listeners_run_dry() -> None:
     clock = FakeClock()
     busy = WorkerStats(lanes=2, clock=clock)
     busy.record(clock(), 2 * WINDOW * OVERLOAD_BUSY)
-    assert busy.busy_ratio() == pytest.approx(OVERLOAD_BUSY) and busy.overloaded()
+    assert busy.busy_ratio() == pytest.approx(OVERLOAD_BUSY)
+    assert busy.overloaded(queue_wait=OVERLOAD_WAIT)
+    assert not busy.overloaded(queue_wait=0.0)  # busy with work nobody waits behind
     clock.now += WINDOW + 1  # it was a while ago
-    assert busy.busy_ratio() == 0.0 and not busy.overloaded()
+    assert busy.busy_ratio() == 0.0 and not busy.overloaded(queue_wait=OVERLOAD_WAIT)
 
     late = WorkerStats(clock=clock)
     for i in range(100):
         late.sounded(clock(), late=i < 2)
-    assert late.late() == (2, 100) and not late.overloaded()  # a couple: not yet
+    assert late.late() == (2, 100) and not late.overloaded(0.0)  # a couple: not yet
     late.sounded(clock(), late=True)
-    assert not late.overloaded()  # 3 of 101: under OVERLOAD_LATE
+    assert not late.overloaded(0.0)  # 3 of 101: under OVERLOAD_LATE
     for _ in range(3):
         late.sounded(clock(), late=True)
-    assert late.late() == (6, 104) and late.overloaded()
+    assert late.late() == (6, 104) and late.overloaded(0.0)
 
 
 def test_an_engine_that_cannot_run_concurrently_gets_one_lane() -> None:

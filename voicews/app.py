@@ -202,7 +202,7 @@ class VoicewsApp:
             return "draining"
         if len(self.sessions) >= self.config.max_sessions:
             return "full"
-        if self.worker.stats.overloaded():
+        if self.worker.overloaded:
             return "overloaded"
         return "ready"
 

@@ -63,7 +63,7 @@ class Metrics:
             "voicews_overloaded",
             "1 while the compute worker is past what it can keep smooth (also /readyz 503)",
             registry=r,
-        ).set_function(lambda: float(worker.stats.overloaded()))
+        ).set_function(lambda: float(worker.overloaded))
 
     def observe(self, session: Session) -> None:
         """Move what a session recorded since the last call into the metrics."""

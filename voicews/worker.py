@@ -46,7 +46,10 @@ ALLOWANCE = 8.0
 """Seconds of audio an account may be given beyond what a real-time listener could have heard
 before its jobs wait (about a long sentence, so a barge-in now and then costs nothing)."""
 OVERLOAD_BUSY = 0.9
-"""Share of the lanes' time spent computing over ``WINDOW`` past which the worker is overloaded."""
+"""Share of the lanes' time spent computing over ``WINDOW`` past which the worker is overloaded,
+once segments also wait ``OVERLOAD_WAIT`` for it (a worker busy with one long request that
+makes no one wait is not)."""
+OVERLOAD_WAIT = 0.25
 OVERLOAD_LATE = 0.05
 """Share of segments over ``WINDOW`` that came after their listener ran dry, though asked for in
 time, past which the worker is overloaded (once there are at least ``_MIN_LATE``)."""
@@ -196,13 +199,12 @@ class WorkerStats:
         late, segments = self.late()
         return late / segments if segments else 0.0
 
-    def overloaded(self) -> bool:
-        """Past what the worker can keep smooth: its lanes are nearly always busy, or listeners
-        ran dry waiting for it."""
+    def overloaded(self, queue_wait: float) -> bool:
+        """Past what the worker can keep smooth: its lanes are nearly always busy while
+        segments wait ``queue_wait`` for them, or listeners ran dry waiting for it."""
         late, segments = self.late()
-        return self.busy_ratio() >= OVERLOAD_BUSY or (
-            late >= _MIN_LATE and late >= OVERLOAD_LATE * segments
-        )
+        busy = self.busy_ratio() >= OVERLOAD_BUSY and queue_wait >= OVERLOAD_WAIT
+        return busy or (late >= _MIN_LATE and late >= OVERLOAD_LATE * segments)
 
 
 def _trim(window: deque[tuple[float, Any]], now: float) -> None:
@@ -277,6 +279,11 @@ class ComputeWorker:
         """Seconds a segment waits in the queue before it starts, lately: at once the longest
         wait seen, easing off as the waits shorten."""
         return self._wait
+
+    @property
+    def overloaded(self) -> bool:
+        """Past what it can keep smooth (``WorkerStats.overloaded``)."""
+        return self.stats.overloaded(self._wait)
 
     @property
     def cost_per_audio_second(self) -> float:
