@@ -47,20 +47,6 @@ def test_relaxed_waits_for_sentence_end() -> None:
     assert seg.next_segment(Urgency.RELAXED) is None
 
 
-def test_every_whole_sentence_goes_in_one_segment_up_to_the_cap() -> None:
-    """Each segment is one wait in the worker's queue: what is ready goes together (the
-    engine still speaks it a sentence at a time)."""
-    seg = Segmenter(SegmenterConfig(max_chars=40))
-    seg.feed("It is sunny. Warm, too. Tomorrow it rains. And")
-    got = seg.next_segment(Urgency.RELAXED)
-    assert got is not None and (got.text, got.boundary) == (
-        "It is sunny. Warm, too.",
-        Boundary.SENTENCE,
-    )
-    got = seg.next_segment(Urgency.RELAXED)
-    assert got is not None and got.text == "Tomorrow it rains."
-
-
 def test_urgent_cuts_at_clauses_and_critical_at_words() -> None:
     seg = Segmenter()
     seg.feed("It is sunny, warm and bri")

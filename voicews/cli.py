@@ -35,7 +35,6 @@ def parser() -> argparse.ArgumentParser:
     serve.add_argument(
         "--lanes",
         type=int,
-        default=DEFAULTS.lanes,
         help="inferences the piper engine runs side by side, each on its share of the cores "
         "(default: one per core)",
     )
@@ -93,7 +92,7 @@ def serve_config(args: argparse.Namespace) -> ServerConfig:
         port=args.port,
         engine=args.engine,
         voice=args.voice,
-        lanes=args.lanes,
+        lanes=DEFAULTS.lanes if args.lanes is None else args.lanes,
         drain_timeout=args.drain_timeout,
         max_sessions=args.max_sessions,
         agent_model=_agent_model(args.agent_model),

@@ -113,9 +113,9 @@ class Segmenter:
                 if cut.boundary >= Boundary.CLAUSE or cut.words >= self.config.first_words:
                     return self._take(cut) if cut.chars <= cap else self._oversize(cuts)
         fitting = [c for c in cuts if c.chars <= cap]
-        sentences = [c for c in fitting if c.boundary is Boundary.SENTENCE]
-        if sentences:  # every whole sentence there is: one job, one wait in the queue
-            return self._take(sentences[-1])
+        sentence = next((c for c in fitting if c.boundary is Boundary.SENTENCE), None)
+        if sentence is not None:
+            return self._take(sentence)
         over_cap = len(self._buf.strip()) > cap
         if urgency is Urgency.FLUSH:
             if not over_cap:
