@@ -1,7 +1,7 @@
 """voicews with one compute lane against two, side by side in one run.
 
-On a CPU the piper engine can run several inferences at once, each on its share of the cores
-(``voicews serve --lanes N``), instead of one inference on all of them. This starts one server
+On a CPU the piper engine can run several inferences side by side (``voicews serve --lanes
+N``; one per core by default), instead of one at a time on all the cores. This starts one server
 per lane count (separate processes, same voice) and, at each N, runs the same load against each
 in turn: ``harness.py``'s concurrency sweep, as in ``compare.py``'s part 2, N conversations at
 20 tokens/s, each played through a simulated player with a jitter buffer. It prints, per N and

@@ -10,10 +10,11 @@ Each policy is a way to run the worker's queue:
 
 - ``planned``: voicews' worker (``voicews.worker``): the job due first runs next (``Job.due``:
   fairness per account, a first segment due ``FIRST_AUDIO_TARGET`` after it is asked for),
-  one single-threaded lane per core, a job that starts alone on all the cores.
+  one lane per core sharing one session: an inference alone gets all the cores, one beside
+  another runs on its lane's thread, ``--shared-factor`` slower (1.15, measured).
 - ``strict``: the worker before it: a turn's first segment before any later one, then by
   deadline; one lane, every inference on all the cores.
-- ``strict-lanes``: the same order on one single-threaded lane per core (``--lanes 2``).
+- ``strict-lanes``: the same order on one single-threaded lane per core (``--lanes 2`` before).
 
 An inference on all the cores takes ``--wide-factor`` of its time on one (0.6, assumed); when
 more threads run than there are cores, a job starting then takes proportionally longer.
@@ -65,6 +66,7 @@ _SENTENCES = re.compile(r"(?<=[.!?])\s+")
 class Machine:
     cores: int = 2
     wide_factor: float = 0.6
+    shared_factor: float = 1.15
 
 
 @dataclass(frozen=True)
@@ -72,8 +74,9 @@ class Policy:
     name: str
     lanes: Callable[[Machine], int]
     key: Callable[[Job], tuple[float, ...]]
-    widen: Callable[[int, int, int], bool]
-    """(lanes, jobs running, jobs queued) when a job starts: does it get all the cores?"""
+    threads: Callable[[Machine, int], tuple[int, float]]
+    """With this many jobs already running, the threads a starting job takes and the factor on
+    its time on one core."""
     fair: bool
 
 
@@ -82,21 +85,21 @@ POLICIES = {
         "planned",
         lambda m: m.cores,
         lambda job: (job.due(),),
-        lambda lanes, running, queued: lanes > 1 and running == 0 and queued == 0,
+        lambda m, running: (m.cores, m.wide_factor) if running == 0 else (1, m.shared_factor),
         fair=True,
     ),
     "strict": Policy(
         "strict",
         lambda m: 1,
         lambda job: (0.0 if job.first else 1.0, job.deadline),
-        lambda lanes, running, queued: True,
+        lambda m, running: (m.cores, m.wide_factor),
         fair=False,
     ),
     "strict-lanes": Policy(
         "strict-lanes",
         lambda m: m.cores,
         lambda job: (0.0 if job.first else 1.0, job.deadline),
-        lambda lanes, running, queued: False,
+        lambda m, running: (1, 1.0),
         fair=False,
     ),
 }
@@ -245,22 +248,18 @@ class Simulation:
                 return
             sim = min(self.queue, key=lambda j: (*self.policy.key(j.job), j.seq))
             self.queue.remove(sim)
-            running = self.lanes - self.free
-            wide = self.policy.widen(self.lanes, running, len(self.queue))
+            threads, factor = self.policy.threads(self.machine, self.lanes - self.free)
             if not sim.started and not sim.job.first:
                 wait = self.now - sim.job._submitted
                 self.wait = wait if wait > self.wait else 0.9 * self.wait + 0.1 * wait
             sim.started = True
             self.free -= 1
-            self.step(sim, wide)
+            self.step(sim, threads, factor)
 
-    def step(self, sim: SimJob, wide: bool) -> None:
+    def step(self, sim: SimJob, threads: int, factor: float) -> None:
         sentence = sim.sentences.pop(0)
         audio_s = SECONDS_PER_CHAR * len(sentence) + SECONDS_PER_SENTENCE
-        threads = self.machine.cores if wide else 1
-        seconds = COST_FIXED + COST_PER_AUDIO_SECOND * audio_s
-        if wide:
-            seconds *= self.machine.wide_factor
+        seconds = (COST_FIXED + COST_PER_AUDIO_SECOND * audio_s) * factor
         self.threads += threads
         seconds *= max(1.0, self.threads / self.machine.cores)
         started = self.now
@@ -345,6 +344,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--policies", default=",".join(POLICIES), help="comma-separated")
     parser.add_argument("--cores", type=int, default=2)
     parser.add_argument("--wide-factor", type=float, default=0.6)
+    parser.add_argument("--shared-factor", type=float, default=1.15)
     parser.add_argument(
         "--first-target",
         type=lambda s: [float(v) for v in s.split(",")],
@@ -355,7 +355,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--rate", type=float, default=20.0)
     parser.add_argument("--seed", type=int, default=1)
     args = parser.parse_args(argv)
-    machine = Machine(args.cores, args.wide_factor)
+    machine = Machine(args.cores, args.wide_factor, args.shared_factor)
     burst_levels: dict[str, list[BurstSummary]] = {}
     staggered_levels: dict[str, list[LoadSummary]] = {}
     for name in args.policies.split(","):
@@ -371,7 +371,8 @@ def main(argv: Sequence[str] | None = None) -> None:
             ]
     print(
         f"model: {args.cores} cores, {1000 * COST_PER_AUDIO_SECOND:.0f} ms per audio second on "
-        f"one, x{args.wide_factor:g} on all; {args.rate:g} tokens/s"
+        f"one, x{args.wide_factor:g} on all, x{args.shared_factor:g} beside another on a shared "
+        f"session; {args.rate:g} tokens/s"
     )
     header = ["N", "policy", "burst fa p95", "max stall", "stalled", "lane ms/audio s",
               "stag. fa p95", "underruns", "conv w/ under", "max stall"]  # fmt: skip

@@ -9,7 +9,6 @@ Piper engine on two lanes, for what only it has: espeak-ng's shared state.
 
 from __future__ import annotations
 
-import copy
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -101,20 +100,6 @@ class Costed:
         except GeneratorExit:
             self.closed.append(f"{text} on {threading.current_thread().name}")
             raise
-
-
-class Widening(Costed):
-    """A fake engine that can put all the cores on one inference: its wide twin notes the
-    words it computed in ``on_all_cores``."""
-
-    def __init__(self) -> None:
-        super().__init__(concurrent=True)
-        self.on_all_cores: list[str] = []
-
-    def wide(self) -> Costed:
-        twin = copy.copy(self)
-        twin.computed = self.on_all_cores
-        return twin
 
 
 class Recorder:
@@ -404,23 +389,6 @@ def test_two_lanes_run_two_jobs_at_once_from_the_one_queue() -> None:
     assert engine.threads == {"voicews-compute", "voicews-compute-1"}
 
 
-def test_a_job_that_starts_alone_gets_all_the_cores_one_beside_another_its_lane() -> None:
-    engine = Widening()
-    engine.gates["hold"] = gate = Gate()
-    worker = started(engine, lanes=2)
-    try:
-        rec = Recorder()
-        worker.submit(rec.speak("alone", "hold on"))
-        assert gate.reached.wait(WAIT)  # nothing else ran or waited when it started
-        worker.submit(rec.speak("beside", "beside"))  # the other lane, while "alone" runs
-        rec.wait(1)
-        gate.go.set()
-        rec.wait(1)
-    finally:
-        worker.stop()
-    assert (engine.on_all_cores, engine.computed) == (["hold", "on"], ["beside"])
-
-
 def test_a_segment_is_late_only_if_it_was_asked_for_in_time_and_waits_are_kept(
     worker: ComputeWorker, engine: Costed, clock: FakeClock
 ) -> None:
@@ -476,7 +444,7 @@ def test_an_engine_that_cannot_run_concurrently_gets_one_lane() -> None:
 def test_two_piper_lanes_keep_each_jobs_words_its_own() -> None:
     """espeak-ng keeps global state and is shared by the lanes: it is locked, so every job's
     words are its own text's, placed in order, while the inferences run side by side."""
-    worker = ComputeWorker(engine_factory("piper", lanes=2), lanes=2)
+    worker = ComputeWorker(engine_factory("piper"), lanes=2)
     worker.start()
     try:
         assert worker.stats.lanes == 2

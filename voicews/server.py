@@ -38,10 +38,10 @@ class ServerConfig:
     engine: str = "piper"
     voice: str | None = None
     lanes: int = field(default_factory=lambda: len(os.sched_getaffinity(0)))
-    """Compute lanes for an engine that can run several inferences at once (``piper``), each
-    on its share of the cores; one in agent mode, whose language model is bound to one thread.
-    One per core by default: single-threaded inferences side by side do the most per core,
-    and a job that would run alone gets all the cores (``voicews.worker``)."""
+    """Inferences run side by side by an engine that can (``piper``); one in agent mode, whose
+    language model is bound to one thread. One per core by default: on a CPU, inferences side
+    by side do more than one spread over all the cores, and one that runs alone still gets
+    them all."""
     socket_send_buffer: int = 128 * 1024
     """Kernel send buffer per socket. Small, so a slow reader's backlog stays in our bounded
     queue (where barge-in can drop it) rather than in seconds of unretractable kernel buffer."""
@@ -76,9 +76,7 @@ class VoicewsServer:
     def __init__(self, config: ServerConfig, worker: ComputeWorker | None = None) -> None:
         self.config = config
         lanes = 1 if config.agent_model is not None else config.lanes
-        self.worker = worker or ComputeWorker(
-            engine_factory(config.engine, config.voice, lanes), lanes=lanes
-        )
+        self.worker = worker or ComputeWorker(engine_factory(config.engine, config.voice), lanes)
         self.app: VoicewsApp | None = None
         self.wyoming: WyomingServer | None = None
         self._uvicorn: _Embedded | None = None

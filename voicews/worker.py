@@ -16,9 +16,8 @@ listens never gets there. A session has at most one synthesis job queued (and in
 one generation besides), so the queue is bounded by the number of sessions.
 
 An engine that can run several inferences at once (onnxruntime on a CPU) is served by several
-lanes taking from the one queue, each inference on its share of the cores: on a CPU, small
-inferences side by side do more than one on all the cores. A job that starts while nothing
-else runs or waits gets all the cores instead, where the engine can widen (``Widenable``).
+lanes taking from the one queue: on a CPU, small inferences side by side do more than one
+spread over all the cores.
 """
 
 from __future__ import annotations
@@ -35,7 +34,7 @@ from typing import Any, assert_never
 import numpy as np
 
 from .audio import Audio
-from .engines.base import Engine, SynthesisOptions, Widenable, WordStarts
+from .engines.base import Engine, SynthesisOptions, WordStarts
 
 log = logging.getLogger(__name__)
 
@@ -129,7 +128,6 @@ class Job:
     listeners run dry sooner, instead of holding its place."""
     cancelled: bool = False
     _steps: Iterator[Audio | WordStarts | str] | None = field(default=None, repr=False)
-    _wide: bool = field(default=False, repr=False)
     _submitted: float = field(default=0.0, repr=False)
     _sounded: bool = field(default=False, repr=False)
 
@@ -161,7 +159,7 @@ class WorkerStats:
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def record(self, end: float, lane_seconds: float) -> None:
-        """One engine step (on a lane's thread); a step on all the cores counts every lane."""
+        """One engine step (on a lane's thread)."""
         with self._lock:
             self.busy_seconds += lane_seconds
             self._steps.append((end, lane_seconds))
@@ -231,7 +229,6 @@ class ComputeWorker:
         self._factory = engine_factory
         self._lanes = lanes
         self._queue: list[Job] = []
-        self._running = 0
         self._cost = _INITIAL_COST
         self._wait = 0.0
         self._cond = threading.Condition()
@@ -295,7 +292,6 @@ class ComputeWorker:
             engine = self._factory()
             self.engine_name, self.sample_rate = engine.name, engine.sample_rate
             lanes = self._lanes if engine.concurrent else 1
-            wide = engine.wide() if lanes > 1 and isinstance(engine, Widenable) else None
         except BaseException as exc:
             self._load_error = exc
             self._ready.set()
@@ -303,12 +299,12 @@ class ComputeWorker:
         self.stats.lanes = lanes
         for lane in range(1, lanes):
             thread = threading.Thread(
-                target=self._serve, args=(engine, wide), name=f"voicews-compute-{lane}", daemon=True
+                target=self._serve, args=(engine,), name=f"voicews-compute-{lane}", daemon=True
             )
             self._threads.append(thread)
             thread.start()
         self._ready.set()
-        self._serve(engine, wide)
+        self._serve(engine)
 
     def _take(self) -> tuple[Job | None, list[Job]]:
         """The job due first (None when stopping), and the cancelled ones to close; with the
@@ -322,15 +318,12 @@ class ComputeWorker:
         job = min(self._queue, key=Job.due, default=None)  # ties: the one queued first
         if job is not None:
             self._queue.remove(job)
-            self._running += 1
-            if job._steps is None:  # it starts now: alone, it gets all the cores
-                job._wide = self._running == 1 and not self._queue
-                if not job.first:
-                    wait = self._clock() - job._submitted
-                    self._wait = wait if wait > self._wait else 0.9 * self._wait + 0.1 * wait
+            if job._steps is None and not job.first:  # it starts now, after its wait
+                wait = self._clock() - job._submitted
+                self._wait = wait if wait > self._wait else 0.9 * self._wait + 0.1 * wait
         return job, dropped
 
-    def _serve(self, engine: Engine, wide: Engine | None) -> None:
+    def _serve(self, engine: Engine) -> None:
         while True:
             with self._cond:
                 job, dropped = self._take()
@@ -340,18 +333,16 @@ class ComputeWorker:
                 if self._stopping:
                     return
                 continue
-            on_all_cores = job._wide and wide is not None
             started = self._clock()
             sounded = job._sounded
-            more, audio_seconds = self._step(wide if wide and job._wide else engine, job)
+            more, audio_seconds = self._step(engine, job)
             ended = self._clock()
-            lane_seconds = (ended - started) * (self.stats.lanes if on_all_cores else 1)
+            lane_seconds = ended - started
             self.stats.record(ended, lane_seconds)
             if audio_seconds and not sounded and not job.first:
                 in_time = job._submitted + (ended - started) <= job.deadline
                 self.stats.sounded(ended, late=in_time and ended > job.deadline)
             with self._cond:
-                self._running -= 1
                 if audio_seconds:
                     self._cost = 0.9 * self._cost + 0.1 * lane_seconds / audio_seconds
                     job.gave(ended, audio_seconds)

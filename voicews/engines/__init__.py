@@ -13,9 +13,8 @@ ENGINES: dict[str, str] = {"piper": "voicews.engines.piper:PiperEngine"}
 ENGINES["mlx-piper"] = "voicews.engines.mlx_piper:MlxPiperEngine"
 
 
-def engine_factory(name: str, voice: str | None = None, lanes: int = 1) -> Callable[[], Engine]:
-    """A zero-argument constructor, so the compute worker can build the engine on its thread;
-    an engine that runs on several lanes at once is told how many, to size its threads."""
+def engine_factory(name: str, voice: str | None = None) -> Callable[[], Engine]:
+    """A zero-argument constructor, so the compute worker can build the engine on its thread."""
     if name not in ENGINES:
         raise ValueError(f"unknown engine {name!r}; choose from {', '.join(ENGINES)}")
     module_name, _, class_name = ENGINES[name].partition(":")
@@ -23,8 +22,7 @@ def engine_factory(name: str, voice: str | None = None, lanes: int = 1) -> Calla
     def build() -> Engine:
         import importlib
 
-        cls = getattr(importlib.import_module(module_name), class_name)
-        engine: Engine = cls(voice, lanes=lanes) if cls.concurrent else cls(voice)
+        engine: Engine = getattr(importlib.import_module(module_name), class_name)(voice)
         return engine
 
     return build

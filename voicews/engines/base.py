@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from typing import Protocol
 
 from ..audio import Audio
 
@@ -44,14 +44,4 @@ class Engine(Protocol):
         The worker checks for cancellation between chunks, so an engine that can stream
         (chunked decoding) should yield early and often.
         """
-        ...
-
-
-@runtime_checkable
-class Widenable(Protocol):
-    """A concurrent engine whose lanes each run an inference on their share of the cores, and
-    which can also run one on all of them: the worker widens a job that would run alone."""
-
-    def wide(self) -> Engine:
-        """The same engine, its inferences spread over all the cores."""
         ...

@@ -6,7 +6,6 @@ differently licensed engine can replace it without touching the rest of the serv
 
 from __future__ import annotations
 
-import copy
 import json
 import logging
 import os
@@ -61,14 +60,16 @@ def with_durations(model: Path) -> Path:
     return patched
 
 
-def _session(model: Path, threads: int) -> InferenceSession:
-    """An onnxruntime session running each inference on ``threads`` threads. Its pool threads
-    sleep when out of work instead of spinning: spinning doubled the CPU per second of audio of
-    two-thread inferences on a busy 2-core machine, for no gain in speed."""
+def _session(model: Path) -> InferenceSession:
+    """An onnxruntime session whose inferences may each use all the cores. The worker's lanes
+    share it: alone, an inference gets every core; side by side, each runs mostly on its own
+    lane's thread, since the pool threads sleep when out of work instead of spinning (spinning
+    doubled the CPU per second of audio of two-thread inferences on a busy 2-core machine, for
+    no gain in speed)."""
     import onnxruntime
 
     options = onnxruntime.SessionOptions()
-    options.intra_op_num_threads = threads
+    options.intra_op_num_threads = _cores()
     options.add_session_config_entry("session.intra_op.allow_spinning", "0")
     return onnxruntime.InferenceSession(
         str(model), sess_options=options, providers=["CPUExecutionProvider"]
@@ -76,16 +77,12 @@ def _session(model: Path, threads: int) -> InferenceSession:
 
 
 class PiperEngine:
-    """One Piper voice; ``voice`` is a ``.onnx`` path with its ``.onnx.json`` beside it.
-
-    ``lanes``: how many threads will call ``synthesize`` at once; each inference then gets
-    its share of the cores (all of them when there is one lane, or through ``wide``).
-    """
+    """One Piper voice; ``voice`` is a ``.onnx`` path with its ``.onnx.json`` beside it."""
 
     name = "piper"
     concurrent = True  # onnxruntime sessions run concurrently; espeak-ng is locked
 
-    def __init__(self, voice: str | Path | None = None, lanes: int = 1) -> None:
+    def __init__(self, voice: str | Path | None = None) -> None:
         from piper import PiperVoice, SynthesisConfig
         from piper.config import PiperConfig
 
@@ -93,24 +90,12 @@ class PiperEngine:
         config_path = model.with_name(model.name + ".json")
         if not model.is_file() or not config_path.is_file():
             raise FileNotFoundError(f"Piper voice needs {model} and {config_path}")
-        self._model = with_durations(model)
         config = PiperConfig.from_dict(json.loads(config_path.read_text(encoding="utf-8")))
-        session = _session(self._model, max(1, _cores() // lanes))
-        self._voice = PiperVoice(session=session, config=config)
+        self._voice = PiperVoice(session=_session(with_durations(model)), config=config)
         self._words = WordPlacer(self._voice)
         self._config_type = SynthesisConfig
         self._length_scale = config.length_scale
         self.sample_rate: int = config.sample_rate
-
-    def wide(self) -> PiperEngine:
-        """The same voice in a second onnxruntime session (~70 MiB) on all the cores."""
-        from piper import PiperVoice
-
-        engine = copy.copy(self)
-        engine._voice = PiperVoice(
-            session=_session(self._model, _cores()), config=self._voice.config
-        )
-        return engine
 
     def synthesize(self, text: str, options: SynthesisOptions) -> Iterator[Audio | WordStarts]:
         # No per-chunk normalization: it would change loudness from one segment to the next.
