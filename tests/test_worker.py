@@ -389,6 +389,28 @@ def test_two_lanes_run_two_jobs_at_once_from_the_one_queue() -> None:
     assert engine.threads == {"voicews-compute", "voicews-compute-1"}
 
 
+def test_a_held_back_account_never_takes_the_last_free_lane(clock: FakeClock) -> None:
+    """Past its allowance an account's jobs use the lanes but one, so a listener's job never
+    waits for one of theirs to finish."""
+    engine = Costed(concurrent=True, clock=clock)
+    engine.gates["storm1"] = gate = Gate()
+    worker = started(engine, lanes=2, clock=clock)
+    try:
+        rec = Recorder()
+        storm = Account(clock=clock() + ALLOWANCE + 5.0)
+        worker.submit(rec.speak("storm-a", "storm1", first=True, deadline=clock(), account=storm))
+        assert gate.reached.wait(WAIT)  # one lane runs the storm
+        worker.submit(rec.speak("storm-b", "storm2", first=True, deadline=clock(), account=storm))
+        worker.submit(rec.speak("calm", "calm1", deadline=clock() + 2.0, account=Account()))
+        rec.wait(1)  # the calm job, on the lane the second storm job could not take
+        assert engine.computed == ["calm1"]
+        gate.go.set()
+        rec.wait(2)
+    finally:
+        worker.stop()
+    assert engine.computed == ["calm1", "storm1", "storm2"]
+
+
 def test_a_segment_is_late_only_if_it_was_asked_for_in_time_and_waits_are_kept(
     worker: ComputeWorker, engine: Costed, clock: FakeClock
 ) -> None:

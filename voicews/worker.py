@@ -11,9 +11,10 @@ Fairness holds per account (a session, or all one-shot requests together), not p
 step's compute is charged to its account, in the seconds of audio it is worth, against a
 real-time clock. An account given more than ``ALLOWANCE`` beyond what a real-time listener
 could have heard (a session that starts turns faster than it listens, a one-shot request that
-wants all its audio at once) waits as if its listener had that much in hand; a session that
-listens never gets there. A session has at most one synthesis job queued (and in agent mode
-one generation besides), so the queue is bounded by the number of sessions.
+wants all its audio at once) waits as if its listener had that much in hand, and its jobs
+never take the last free lane; a session that listens never gets there. A session has at most
+one synthesis job queued (and in agent mode one generation besides), so the queue is bounded
+by the number of sessions.
 
 An engine that can run several inferences at once (onnxruntime on a CPU) is served by several
 lanes taking from the one queue: on a CPU, small inferences side by side do more than one
@@ -41,7 +42,7 @@ log = logging.getLogger(__name__)
 FIRST_AUDIO_TARGET = 0.2
 """Seconds after a turn's first segment is asked for that it is due: a listener who will run
 dry sooner goes first."""
-ALLOWANCE = 8.0
+ALLOWANCE = 5.0
 """Seconds of audio an account may be given beyond what a real-time listener could have heard
 before its jobs wait (about a long sentence, so a barge-in now and then costs nothing)."""
 OVERLOAD_BUSY = 0.9
@@ -229,6 +230,7 @@ class ComputeWorker:
         self._factory = engine_factory
         self._lanes = lanes
         self._queue: list[Job] = []
+        self._running = 0
         self._cost = _INITIAL_COST
         self._wait = 0.0
         self._cond = threading.Condition()
@@ -307,21 +309,33 @@ class ComputeWorker:
         self._serve(engine)
 
     def _take(self) -> tuple[Job | None, list[Job]]:
-        """The job due first (None when stopping), and the cancelled ones to close; with the
-        lock held."""
-        while not self._queue and not self._stopping:
+        """With the lock held: the job due first that may start now, or None and the
+        cancelled jobs to close (none when stopping)."""
+        while not self._stopping:
+            dropped = [job for job in self._queue if job.cancelled]
+            if dropped:
+                self._queue = [job for job in self._queue if not job.cancelled]
+                return None, dropped
+            now = self._clock()
+            startable = (job for job in self._queue if self._may_start(job, now))
+            job = min(startable, key=Job.due, default=None)  # ties: the one queued first
+            if job is not None:
+                self._queue.remove(job)
+                self._running += 1
+                if job._steps is None and not job.first:  # it starts now, after its wait
+                    wait = now - job._submitted
+                    self._wait = wait if wait > self._wait else 0.9 * self._wait + 0.1 * wait
+                return job, []
             self._cond.wait()
-        if self._stopping:
-            return None, []
-        dropped = [job for job in self._queue if job.cancelled]
-        self._queue = [job for job in self._queue if not job.cancelled]
-        job = min(self._queue, key=Job.due, default=None)  # ties: the one queued first
-        if job is not None:
-            self._queue.remove(job)
-            if job._steps is None and not job.first:  # it starts now, after its wait
-                wait = self._clock() - job._submitted
-                self._wait = wait if wait > self._wait else 0.9 * self._wait + 0.1 * wait
-        return job, dropped
+        return None, []
+
+    def _may_start(self, job: Job, now: float) -> bool:
+        """A job held back by its account (given more than the allowance beyond real time)
+        may not take the last free lane: it stays for those whose listeners need it."""
+        lanes = self.stats.lanes
+        if lanes == 1 or self._running < lanes - 1 or job.account is None:
+            return True
+        return job.account.clock - ALLOWANCE <= now
 
     def _serve(self, engine: Engine) -> None:
         while True:
@@ -343,6 +357,7 @@ class ComputeWorker:
                 in_time = job._submitted + (ended - started) <= job.deadline
                 self.stats.sounded(ended, late=in_time and ended > job.deadline)
             with self._cond:
+                self._running -= 1
                 if audio_seconds:
                     self._cost = 0.9 * self._cost + 0.1 * lane_seconds / audio_seconds
                     job.gave(ended, audio_seconds)
@@ -351,7 +366,7 @@ class ComputeWorker:
                 if more:
                     job.deadline += job.deadline_step
                     self._queue.append(job)
-                    self._cond.notify()
+                self._cond.notify()  # a lane that waited for this one, or for the job
 
     def _step(self, engine: Engine, job: Job) -> tuple[bool, float]:
         """Run one step of ``job``: whether it has more to do, and the seconds of audio the
