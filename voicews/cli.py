@@ -35,8 +35,7 @@ def parser() -> argparse.ArgumentParser:
     serve.add_argument(
         "--lanes",
         type=int,
-        help="inferences the piper engine runs side by side, each on its share of the cores "
-        "(default: one per core)",
+        help="inferences the piper engine runs side by side (default: one per core)",
     )
     serve.add_argument("--idle-flush-ms", type=int, default=DEFAULTS.session.idle_flush_ms)
     serve.add_argument("--max-sessions", type=int, default=DEFAULTS.max_sessions)
