@@ -49,7 +49,10 @@ def test_a_timer_at_a_cut_time_finds_the_urgency_risen_despite_rounding() -> Non
 def test_a_crowded_worker_keeps_its_wait_more_in_hand() -> None:
     pacing = Pacing(stall_guard_ms=150, max_chars=100)
     calm = pacing.guards(40)
+    assert pacing.first_chars(speed=1.0) == 0  # nothing waits: first segments as eager as ever
     pacing.crowded(0.3)  # segments wait 300 ms for the worker lately
     assert pacing.guards(40) == pytest.approx((calm[0] + 0.3, calm[1] + 0.3))
+    # A first segment holds what is heard in 300 ms: about 15 characters a second at speed 1.
+    assert (pacing.first_chars(speed=1.0), pacing.first_chars(speed=2.0)) == (4, 9)
     pacing.crowded(0.0)
     assert pacing.guards(40) == pytest.approx(calm)

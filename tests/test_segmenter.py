@@ -36,6 +36,21 @@ def test_first_segment_after_a_few_words_without_punctuation() -> None:
     assert seg.next_segment(Urgency.RELAXED) is None
 
 
+def test_a_first_segment_holds_at_least_what_it_is_asked_to() -> None:
+    """A loaded worker: the first segment waits for text enough to hear while the next waits."""
+    seg = Segmenter()
+    seg.feed("Sure, I can help with")
+    assert seg.next_segment(Urgency.FIRST, first_chars=20) is None  # "Sure," is too little
+    seg.feed(" that")
+    got = seg.next_segment(Urgency.FIRST, first_chars=20)
+    assert got is not None and (got.text, got.boundary) == ("Sure, I can help with", Boundary.WORD)
+    short = Segmenter()
+    short.feed("Hi.")
+    short.close()  # all there will be: spoken however short
+    got = short.next_segment(Urgency.FIRST, first_chars=20)
+    assert got is not None and got.text == "Hi."
+
+
 def test_relaxed_waits_for_sentence_end() -> None:
     seg = Segmenter()
     seg.feed("It is sunny, warm and")

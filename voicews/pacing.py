@@ -17,6 +17,7 @@ _MIN_CHARS = 20
 # A timer set for a cut time finds the audio left equal to the guard give or take a rounding
 # (or fires a hair early): it still counts, or the cut would wait for the next text to come.
 _SLACK = 0.001
+_CHARS_PER_SECOND = 15.0  # English speech at speed 1, about
 
 
 class Pacing:
@@ -38,6 +39,11 @@ class Pacing:
     def crowded(self, wait: float) -> None:
         """Segments (every session's) wait ``wait`` seconds for the worker lately."""
         self._wait = wait
+
+    def first_chars(self, speed: float) -> int:
+        """The least text a turn's first segment should hold: as much as is heard while the
+        next one waits for the worker, lately (none when nothing waits)."""
+        return round(self._wait * _CHARS_PER_SECOND * speed)
 
     def guards(self, pending_chars: int) -> tuple[float, float]:
         """Audio left at which to cut at a clause, and at which to cut at any word.

@@ -102,16 +102,22 @@ class Segmenter:
     def has_text(self) -> bool:
         return bool(self._buf.strip())
 
-    def next_segment(self, urgency: Urgency) -> Segment | None:
+    def next_segment(self, urgency: Urgency, first_chars: int = 0) -> Segment | None:
+        """``first_chars``: the least a first segment holds (more when the compute worker is
+        loaded, so the listener has enough in hand while the next one waits)."""
         if not self.has_text:
             self._buf = ""
             return None
         cuts = self._cuts()
         cap = self.config.max_chars
         if urgency is Urgency.FIRST:
+            least = 0 if self._closed else min(first_chars, cap)  # closed: all there will be
             for cut in cuts:
-                if cut.boundary >= Boundary.CLAUSE or cut.words >= self.config.first_words:
+                first = cut.boundary >= Boundary.CLAUSE or cut.words >= self.config.first_words
+                if first and cut.chars >= least:
                     return self._take(cut) if cut.chars <= cap else self._oversize(cuts)
+            if len(self._buf.strip()) <= cap:
+                return None
         fitting = [c for c in cuts if c.chars <= cap]
         sentence = next((c for c in fitting if c.boundary is Boundary.SENTENCE), None)
         if sentence is not None:

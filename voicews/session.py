@@ -444,7 +444,8 @@ class Session:
         if turn.in_flight is not None:
             return
         if not self.outbox.full:
-            segment = turn.segmenter.next_segment(self._urgency(turn, now))
+            first_chars = self._pacing.first_chars(self._options.speed)
+            segment = turn.segmenter.next_segment(self._urgency(turn, now), first_chars)
             if segment is not None:
                 self._submit(turn, segment, now)
                 return
