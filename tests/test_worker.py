@@ -79,7 +79,32 @@ def test_first_segments_overtake_later_ones(worker: ComputeWorker) -> None:
     worker.submit(rec.job("first", "Hello.", first=True, deadline=30.0))
     gate.set()
     rec.wait(4)
-    assert rec.order(JobDone) == ["blocker", "first", "early-deadline", "late-deadline"]
+    first_audio = list(dict.fromkeys(rec.order(JobAudio)))
+    assert first_audio == ["blocker", "first", "early-deadline", "late-deadline"]
+
+
+def test_a_long_segment_waits_its_turn_by_the_audio_it_has_produced(
+    worker: ComputeWorker,
+) -> None:
+    """Once a segment has audio out, the rest of it is due when that audio has played: a
+    later segment whose listener runs dry sooner goes between its chunks, even when the long
+    one is a first segment."""
+    rec = Recorder()
+    started = threading.Event()
+    long = rec.job("long", LONG, first=True, deadline=0.0)
+    original = long.on_event
+
+    def notify(event: JobEvent) -> None:
+        original(event)
+        started.set()
+
+    long.on_event = notify
+    worker.submit(long)
+    assert started.wait(30)
+    worker.submit(rec.job("due-soon", "Right away.", first=False, deadline=0.5))
+    rec.wait(2)
+    names = [name for name, event in rec.events if isinstance(event, JobAudio)]
+    assert names.index("due-soon") < len(names) - 1 - names[::-1].index("long")
 
 
 def test_a_first_segment_interrupts_a_long_job_between_chunks(worker: ComputeWorker) -> None:

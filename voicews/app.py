@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import uuid
 from dataclasses import dataclass, field, replace
+from fnmatch import fnmatchcase
 from pathlib import Path
 
 from prometheus_client import CONTENT_TYPE_LATEST
@@ -18,11 +19,12 @@ from . import access, logs
 from .agent import AgentBackend
 from .asgi import Receive, Scope, Send, headers_of, refuse_websocket, respond
 from .driver import SessionDriver
+from .errors import ErrorCode
 from .metrics import Metrics
 from .protocol import REALTIME_PATH
 from .realtime import RealtimeConnection
 from .session import Session, SessionConfig
-from .speech import refuse, speech
+from .speech import MAX_BODY, read_body, refuse, speech
 from .worker import ComputeWorker
 
 SPEECH_PATH = "/v1/audio/speech"
@@ -47,6 +49,9 @@ class AppConfig:
     session: SessionConfig = field(default_factory=SessionConfig)
     access: access.AccessPolicy = field(default_factory=access.AccessPolicy)
     voice_name: str = "en_US-joe-medium"
+    request_timeout: float = 10.0
+    """Seconds a speech request's body may take to arrive (its head has the same bound, kept
+    by the transport); the body is read before the request counts as a session."""
 
 
 class VoicewsApp:
@@ -141,12 +146,19 @@ class VoicewsApp:
         if self.draining:
             connection.drain()
         logs.event("session_open", session=session.id, client=_client(scope))
-        code = None
+        closed = None
         try:
-            code = await connection.run()
+            closed = await connection.run()
         finally:
             self._closed(session)
-            logs.event("session_close", session=session.id, code=code)
+            if closed is not None and closed.lost:
+                self.metrics.sessions_lost.inc()
+            logs.event(
+                "session_close",
+                session=session.id,
+                code=closed and closed.code,
+                lost=closed is not None and closed.lost,
+            )
 
     # --- HTTP -----------------------------------------------------------------------------
 
@@ -184,6 +196,13 @@ class VoicewsApp:
             await refuse(send, 405, "method_not_allowed", "use POST", [*cors, (b"allow", b"POST")])
             return
         refusal = self._admit(scope)
+        body = b""
+        if refusal is None:
+            # Read the body before the request holds a slot: a slow body waits outside.
+            read = await self._read_body(receive, send, cors)
+            if read is None:
+                return
+            body, refusal = read, self._admit(scope)
         if refusal is not None:
             self._refused(scope, refusal)
             extra = [(b"www-authenticate", b"Bearer")] if refusal.status == 401 else []
@@ -195,9 +214,28 @@ class VoicewsApp:
         self.metrics.http_speech.inc()
         try:
             driver = SessionDriver(session, self.worker, self.metrics.observe)
-            await speech(driver, receive, send, self.config.voice_name, cors)
+            await speech(driver, body, receive, send, self.config.voice_name, cors)
         finally:
             self._closed(session)
+
+    async def _read_body(
+        self, receive: Receive, send: Send, cors: list[tuple[bytes, bytes]]
+    ) -> bytes | None:
+        """The request body, or None once refused (too large, or too slow); the connection
+        then closes, since the rest of the body is never read."""
+        close = [*cors, (b"connection", b"close")]
+        seconds = self.config.request_timeout
+        try:
+            async with asyncio.timeout(seconds):
+                body = await read_body(receive, MAX_BODY)
+        except TimeoutError:
+            self.metrics.errors.labels(ErrorCode.REQUEST_TIMEOUT).inc()
+            message = f"request body not received within {seconds:g} s"
+            await refuse(send, 408, ErrorCode.REQUEST_TIMEOUT, message, close)
+            return None
+        if body is None:
+            await refuse(send, 413, "request_too_large", f"body over {MAX_BODY} bytes", close)
+        return body
 
     def _cors(self, origin: str | None) -> list[tuple[bytes, bytes]]:
         """CORS headers for the speech endpoint: any origin, or those on the allow-list."""
@@ -211,11 +249,25 @@ class VoicewsApp:
         ]
 
     def _asset(self, path: str) -> Path | None:
-        parts = [p for p in path.split("/") if p] or ["index.html"]
-        if self._web is None or any(p.startswith(".") or "\\" in p for p in parts):
+        """One of the web client's own files (``WEB_FILES``), nothing else in its folder."""
+        parts = (path.strip("/") or "index.html").split("/")
+        if self._web is None or not any(_matches(parts, pattern) for pattern in WEB_FILES):
             return None
         node = self._web.joinpath(*parts)
         return node if node.is_file() else None
+
+
+WEB_FILES = ("*.html", "*.js", "*.css", "vendor/*.js")
+"""What the web root serves: the page, its scripts and styles; not its README, tests or
+licences. Each ``*`` stands for part of one path segment."""
+
+
+def _matches(parts: list[str], pattern: str) -> bool:
+    wanted = pattern.split("/")
+    return len(parts) == len(wanted) and all(
+        not part.startswith(".") and "\\" not in part and fnmatchcase(part, want)
+        for part, want in zip(parts, wanted, strict=True)
+    )
 
 
 def _web_root() -> Path | None:

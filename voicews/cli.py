@@ -61,7 +61,12 @@ def main(argv: list[str] | None = None) -> None:
         help="agent mode: an mlx-lm model (dir, repo id or .gguf; 'smollm2' for the bundled "
         "one) answers user_message and its reply is spoken (needs the [agent] extra)",
     )
-    serve.add_argument("--log-level", default="INFO")
+    serve.add_argument(
+        "--log-level",
+        type=_log_level,
+        default="INFO",
+        help=f"{', '.join(LOG_LEVELS)} (TRACE adds uvicorn's per-message lines)",
+    )
 
     say = commands.add_parser("say", help="speak text through a running service into a WAV")
     say.add_argument("text", nargs="?", default="-", help="text, or - to stream stdin")
@@ -107,6 +112,21 @@ def main(argv: list[str] | None = None) -> None:
         asyncio.run(_serve(config))
     else:
         sys.exit(asyncio.run(_say(args)))
+
+
+LOG_LEVELS = {"TRACE": 5, "DEBUG": 10, "INFO": 20, "WARNING": 30, "ERROR": 40}
+"""TRACE is uvicorn's level below DEBUG."""
+
+
+def _log_level(name: str) -> int:
+    try:
+        level = LOG_LEVELS[name.upper()]
+    except KeyError:
+        raise argparse.ArgumentTypeError(
+            f"unknown log level {name!r}; choose from {', '.join(LOG_LEVELS)}"
+        ) from None
+    logging.addLevelName(level, name.upper())
+    return level
 
 
 def _agent_model(name: str | None) -> str | None:

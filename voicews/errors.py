@@ -48,6 +48,9 @@ class ErrorCode(StrEnum):
     """The agent's language model failed; the reply ends with what was generated."""
     SYNTHESIS_FAILED = "synthesis_failed"
     """The engine failed on the turn's text; the turn ends, the session goes on."""
+    REQUEST_TIMEOUT = "request_timeout"
+    """HTTP only: a request body did not arrive within the server's request timeout (408);
+    the server closes the connection."""
     INTERNAL_ERROR = "internal_error"
     """A bug on our side; details are logged, never sent."""
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from prometheus_client import (
     CollectorRegistry,
     Counter,
@@ -21,6 +23,18 @@ class Metrics:
         self.sessions_opened = Counter("voicews_sessions_opened", "Sessions accepted", registry=r)
         self.sessions_refused = Counter(
             "voicews_sessions_refused", "Connections refused, by reason", ["reason"], registry=r
+        )
+        self.sessions_lost = Counter(
+            "voicews_sessions_lost",
+            "Sessions whose peer went away without a closing handshake (reset, keepalive "
+            "timeout, a write that failed); each freed its slot",
+            registry=r,
+        )
+        self.connections_dropped = Counter(
+            "voicews_connections_dropped",
+            "Connections closed before a request: over the cap, head too slow, bad framing",
+            ["reason"],
+            registry=r,
         )
         self.turns = Counter("voicews_turns", "Turns ended, by outcome", ["outcome"], registry=r)
         self.errors = Counter("voicews_errors", "Error events sent, by code", ["code"], registry=r)
@@ -42,6 +56,9 @@ class Metrics:
         Gauge("voicews_sessions_active", "Open sessions", registry=r).set_function(
             lambda: len(sessions)
         )
+        self._connections = Gauge(
+            "voicews_connections_open", "Open connections, HTTP and WebSocket", registry=r
+        )
         Gauge(
             "voicews_pending_audio_seconds", "Audio queued for sockets, all sessions", registry=r
         ).set_function(
@@ -55,6 +72,10 @@ class Metrics:
             "Share of the last 10 s the compute worker spent computing",
             registry=r,
         ).set_function(worker.stats.busy_ratio)
+
+    def track_connections(self, count: Callable[[], int]) -> None:
+        """The transport knows its open connections; the app does not."""
+        self._connections.set_function(count)
 
     def observe(self, session: Session) -> None:
         """Move what a session recorded since the last call into the metrics."""

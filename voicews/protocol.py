@@ -7,6 +7,7 @@ as already validated values. ``python -m voicews.protocol DIR`` writes the JSON 
 from __future__ import annotations
 
 import json
+import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -256,11 +257,44 @@ class AudioFrame:
 # --- codecs -----------------------------------------------------------------------------
 
 
+MAX_JSON_DEPTH = 8
+"""Deepest nesting of arrays and objects a client message may have; every message is a flat
+object, and a deep document would exhaust the parser's recursion before it could be refused."""
+_STRING = re.compile(r'"[^"]*"')  # once escapes are gone: linear, no backtracking
+_NOT_BRACKET = re.compile(r"[^\[\]{}]+")
+_INNERMOST = re.compile(r"\[\]|\{\}")
+
+
+def too_deep(text: str, limit: int = MAX_JSON_DEPTH) -> bool:
+    """Whether JSON ``text`` nests arrays and objects deeper than ``limit``, decided without
+    parsing it, in a few passes of C-speed string operations.
+
+    Escapes are dropped, then strings, then everything but brackets; each pass then removes
+    the innermost pairs, one level of the deepest chain. Unbalanced text is left to the
+    parser to describe.
+    """
+    if text.count("[") + text.count("{") <= limit:
+        return False
+    plain = text.replace("\\\\", "").replace('\\"', "")
+    skeleton = _NOT_BRACKET.sub("", _STRING.sub("", plain))
+    for _ in range(limit):
+        inner = _INNERMOST.sub("", skeleton)
+        if inner == skeleton:
+            return False  # unbalanced: not JSON at all
+        skeleton = inner
+    return bool(skeleton) and _INNERMOST.search(skeleton) is not None
+
+
 def parse_client_message(data: str | bytes) -> ClientMessage:
     """Validate one client frame, raising :class:`VoicewsError` with the precise code."""
     if isinstance(data, bytes):
         raise VoicewsError(
             ErrorCode.BINARY_NOT_SUPPORTED, "binary frames are not accepted; send JSON text"
+        )
+    if too_deep(data):
+        raise VoicewsError(
+            ErrorCode.INVALID_MESSAGE,
+            f"JSON nested deeper than {MAX_JSON_DEPTH} levels; a message is a flat object",
         )
     try:
         obj = json.loads(data)

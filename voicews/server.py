@@ -1,8 +1,9 @@
 """Runs the app: the compute worker plus uvicorn in this process, and graceful shutdown.
 
 uvicorn moves the bytes (HTTP/1.1 through h11, WebSocket through the sans-I/O protocol of
-``websockets``); the app decides. Shutdown drains first: new sessions are refused, live turns
-finish up to ``drain_timeout``, sessions close with 1001, then uvicorn stops.
+``websockets``, both with the bounds of :mod:`voicews.transport`); the app decides. Shutdown
+drains first: new sessions are refused, live turns finish up to ``drain_timeout``, sessions
+close with 1001, then uvicorn stops.
 """
 
 from __future__ import annotations
@@ -12,16 +13,18 @@ import contextlib
 import socket
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 import uvicorn
 
 from . import logs
-from .access import AccessPolicy
+from .access import AccessPolicy, own_origins
 from .agent import AgentBackend
 from .app import AppConfig, VoicewsApp
 from .engines import engine_factory
 from .protocol import REALTIME_PATH
 from .session import AgentConfig, SessionConfig
+from .transport import BoundedWebSocketProtocol, TransportLimits, TransportPolicy, http_protocol
 from .worker import ComputeWorker
 
 
@@ -47,6 +50,12 @@ class ServerConfig:
     ping_timeout: float = 20.0
     drain_timeout: float = 30.0
     """On shutdown, how long live turns may take to finish."""
+    request_timeout: float = 10.0
+    """Seconds a request head (a WebSocket handshake too) may take to arrive, and then a
+    speech request's body: silent and trickling connections are closed (408)."""
+    max_connections: int | None = None
+    """Open connections at once, HTTP and WebSocket together; None: four per session slot.
+    Past it a new connection gets 503 and is closed."""
     session: SessionConfig = field(default_factory=SessionConfig)
     access: AccessPolicy = field(default_factory=AccessPolicy)
     agent_model: str | None = None
@@ -75,7 +84,7 @@ class VoicewsServer:
         self._socket: socket.socket | None = None
 
     async def start(self) -> None:
-        logs.redact_server_logs()
+        logs.redact_secrets()
         await asyncio.to_thread(self.worker.start)
         voice = self.config.voice or "en_US-joe-medium"
         session = self.config.session
@@ -84,20 +93,30 @@ class VoicewsServer:
             agent = AgentBackend(self.config.agent_model)
             await asyncio.to_thread(agent.preload, self.worker)
             session = replace(session, agent=session.agent or AgentConfig())
-        self.app = VoicewsApp(
+        self._socket = self._listen()
+        access = replace(self.config.access, own_origins=own_origins(self.config.host, self.port))
+        app = self.app = VoicewsApp(
             AppConfig(
                 session=session,
-                access=self.config.access,
+                access=access,
                 voice_name=voice.rpartition("/")[2].removesuffix(".onnx"),
+                request_timeout=self.config.request_timeout,
             ),
             self.worker,
             agent,
         )
-        self._socket = self._listen()
+        limits = TransportLimits(
+            head_timeout=self.config.request_timeout,
+            max_connections=self.config.max_connections or 4 * session.max_sessions,
+        )
+
+        def dropped(reason: str) -> None:
+            app.metrics.connections_dropped.labels(reason).inc()
+
         config = uvicorn.Config(
-            self.app,
-            http="h11",
-            ws="websockets-sansio",
+            app,
+            http=http_protocol(TransportPolicy(limits, dropped)),
+            ws=BoundedWebSocketProtocol,
             lifespan="off",
             # Frames past our own limit get a typed error; only absurd ones close the socket.
             ws_max_size=max(4 * self.config.session.max_message_bytes, 1 << 20),
@@ -105,10 +124,11 @@ class VoicewsServer:
             ws_ping_timeout=self.config.ping_timeout,
             ws_per_message_deflate=False,  # PCM does not compress; deflate only adds latency
             log_config=None,
-            access_log=False,  # our own structured log lines, which never carry tokens
+            access_log=False,  # our own structured log lines
             timeout_graceful_shutdown=5,
         )
         self._uvicorn = _Embedded(config)
+        app.metrics.track_connections(lambda: len(self._connections()))
         self._task = asyncio.create_task(self._uvicorn.serve(sockets=[self._socket]))
         while not self._uvicorn.started:
             if self._task.done():
@@ -121,6 +141,12 @@ class VoicewsServer:
             voice=voice,
             sample_rate=self.worker.sample_rate,
         )
+
+    def _connections(self) -> set[Any]:
+        """The open connections (uvicorn's protocol objects), HTTP and WebSocket."""
+        assert self._uvicorn is not None
+        connections: set[Any] = self._uvicorn.server_state.connections
+        return connections
 
     def _listen(self) -> socket.socket:
         family = socket.AF_INET6 if ":" in self.config.host else socket.AF_INET

@@ -42,7 +42,7 @@ from .protocol import (
     WordMark,
     Words,
 )
-from .segmenter import Segment, Segmenter, SegmenterConfig, Urgency
+from .segmenter import Segment, Segmenter, SegmenterConfig, Urgency, speakable
 
 Outgoing = (
     SessionCreated
@@ -660,7 +660,7 @@ class Session:
         request = SynthesisRequest(
             job_id=next(self._job_ids),
             turn_id=turn.id,
-            text=segment.text,
+            text=speakable(segment.text),  # URLs shortened, one word each still
             options=self._options,
             first=first,
             deadline=now if first or turn.play_end is None else turn.play_end,

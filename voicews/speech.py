@@ -18,9 +18,19 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from . import logs
 from .asgi import Receive, Send, respond
 from .driver import SessionDriver
-from .protocol import AudioFrame, EndText, Error, SessionUpdate, TextDelta, TurnDone, TurnReset
+from .protocol import (
+    MAX_JSON_DEPTH,
+    AudioFrame,
+    EndText,
+    Error,
+    SessionUpdate,
+    TextDelta,
+    TurnDone,
+    TurnReset,
+    too_deep,
+)
 
-_MAX_BODY = 1 << 20
+MAX_BODY = 1 << 20
 _UNKNOWN_LENGTH = 0xFFFFFFFF
 
 
@@ -63,18 +73,19 @@ async def read_body(receive: Receive, limit: int) -> bytes | None:
 
 async def speech(
     driver: SessionDriver,
+    body: bytes,
     receive: Receive,
     send: Send,
     voice: str,
     headers: list[tuple[bytes, bytes]],
 ) -> None:
-    """Serve one request; the session must allow a whole turn's text as backlog."""
-    body = await read_body(receive, _MAX_BODY)
-    if body is None:
-        await refuse(send, 413, "request_too_large", f"body over {_MAX_BODY} bytes", headers)
-        return
+    """Serve one request whose ``body`` was read; the session must allow a whole turn's text
+    as backlog."""
     try:
-        request = SpeechRequest.model_validate(json.loads(body or b"null"))
+        text = body.decode()
+        if too_deep(text):
+            raise ValueError(f"JSON nested deeper than {MAX_JSON_DEPTH} levels")
+        request = SpeechRequest.model_validate(json.loads(text or "null"))
     except (ValueError, ValidationError) as exc:
         await refuse(send, 400, "invalid_request", _describe(exc), headers)
         return

@@ -230,6 +230,11 @@ class ComputeWorker:
                 job.on_event(JobWords(item))
             case _:
                 job.on_event(JobAudio(item))
+                # The rest of a segment is due once this audio has played: a first segment
+                # no longer goes first, and a long one waits its turn by that deadline, so
+                # one session's long segment cannot hold back another's listener.
+                job.first = False
+                job.deadline += len(item) / max(1, self.sample_rate)
         return True
 
 
