@@ -19,6 +19,7 @@ from voicews.protocol import (
     json_schemas,
     parse_client_message,
     parse_server_event,
+    too_deep,
 )
 
 SCHEMA_DIR = Path(__file__).parent.parent / "protocol" / "schema"
@@ -109,3 +110,28 @@ def test_committed_json_schemas_match_the_models() -> None:
     for name, schema in json_schemas().items():
         committed = json.loads((SCHEMA_DIR / name).read_text())
         assert committed == schema, f"{name} drifted; regenerate it"
+
+
+@pytest.mark.parametrize(
+    ("text", "deep"),
+    [
+        ("[" * 8 + "]" * 8, False),
+        ("[" * 9 + "]" * 9, True),
+        ('{"a": {"b": [{"c": [[[[1]]]]}]}}', False),  # eight levels
+        ('{"a": {"b": [{"c": [[[[[1]]]]]}]}}', True),
+        ('{"type": "text_delta", "text": "[[[[[[[[[[[[{{{{{{{{"}', False),  # in a string
+        ('{"text": "\\"[[[[[[[[[[[[\\\\"}', False),  # escaped quotes stay in the string
+        ("[" * 30_000, False),  # unbalanced: the parser says what is wrong
+        ("[]" * 30_000, False),  # wide, not deep
+    ],
+)
+def test_nesting_depth_is_measured_before_parsing(text: str, deep: bool) -> None:
+    assert too_deep(text) is deep
+
+
+@pytest.mark.parametrize("depth", [9, 990, 30_000])
+def test_deep_json_is_an_invalid_message_not_a_crash(depth: int) -> None:
+    message = '{"type": "text_delta", "text": ' + "[" * depth + "]" * depth + "}"
+    with pytest.raises(VoicewsError) as refused:
+        parse_client_message(message)
+    assert refused.value.code == ErrorCode.INVALID_MESSAGE

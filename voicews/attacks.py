@@ -86,8 +86,9 @@ async def connect(host: str, port: int) -> Connection:
 def reset(writer: asyncio.StreamWriter) -> None:
     """Vanish with a TCP reset: no close frame, no FIN."""
     sock = writer.get_extra_info("socket")
-    if sock is not None:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    with contextlib.suppress(OSError):  # the server may have closed it already
+        if sock is not None:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
     writer.transport.abort()
 
 

@@ -128,7 +128,7 @@ class VoicewsServer:
             timeout_graceful_shutdown=5,
         )
         self._uvicorn = _Embedded(config)
-        app.metrics.track_connections(lambda: len(self._connections()))
+        app.metrics.track_connections(lambda: len(self.connections))
         self._task = asyncio.create_task(self._uvicorn.serve(sockets=[self._socket]))
         while not self._uvicorn.started:
             if self._task.done():
@@ -142,8 +142,9 @@ class VoicewsServer:
             sample_rate=self.worker.sample_rate,
         )
 
-    def _connections(self) -> set[Any]:
-        """The open connections (uvicorn's protocol objects), HTTP and WebSocket."""
+    @property
+    def connections(self) -> set[Any]:
+        """The open connections (uvicorn's protocol objects, each with its ``transport``)."""
         assert self._uvicorn is not None
         connections: set[Any] = self._uvicorn.server_state.connections
         return connections
