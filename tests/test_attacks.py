@@ -201,6 +201,8 @@ async def test_connections_over_the_cap_are_refused_at_once() -> None:
     async with running(replace(hardened(), request_timeout=5.0, max_connections=6)) as srv:
         held = [await attacks.connect(HOST, srv.port) for _ in range(6)]
         try:
+            await until(lambda: len(srv.connections) == 6, 2, "10.7 six connections open")
+            assert metric(srv, "voicews_connections_open") == 6
             extra = await attacks.raw_request(HOST, srv.port, b"GET /healthz HTTP/1.1\r\n\r\n")
             assert extra.startswith(b"HTTP/1.1 503")
             assert metric(srv, "voicews_connections_dropped_total", reason="connection_cap") == 1

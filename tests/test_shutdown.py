@@ -6,11 +6,13 @@ import asyncio
 import signal
 import socket
 import sys
+import time
 
 import pytest
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 
 from conftest import timeout
+from voicews import attacks
 from voicews.client import RealtimeClient, SpokenTurn, word_pieces
 
 REPLY = "Sure, here is the plan. First we pack the bags, then we drive to the coast for lunch."
@@ -60,6 +62,34 @@ async def test_sigterm_drains_live_turns_then_closes_with_1001() -> None:
                 await client.recv(timeout(10))
             assert closed.value.rcvd is not None and closed.value.rcvd.code == 1001
         assert await asyncio.wait_for(proc.wait(), timeout(20)) == 0
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+
+
+async def test_sessions_whose_peer_is_gone_do_not_hold_shutdown() -> None:
+    """Peers that flooded without reading and then reset: their sessions are over, so SIGTERM
+    does not wait the drain timeout for them (it waited all of it, 37 s, when they leaked)."""
+    port = free_port()
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "voicews.cli", "serve", "--port", str(port),
+        "--drain-timeout", "20",
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        assert proc.stdout is not None
+        line = await asyncio.wait_for(proc.stdout.readline(), timeout(30))
+        assert b"listening on" in line
+        await asyncio.gather(
+            *(attacks.flood_then_reset("127.0.0.1", port, 30_000, seconds=3) for _ in range(3))
+        )
+        await asyncio.sleep(0.5)
+        stopping = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        assert await asyncio.wait_for(proc.wait(), timeout(15)) == 0
+        print(f"SIGTERM with 3 reset peers: exited after {time.monotonic() - stopping:.1f} s")
+        assert time.monotonic() - stopping < timeout(8)
     finally:
         if proc.returncode is None:
             proc.kill()
