@@ -27,7 +27,7 @@ from typing import TypeVar
 from websockets.frames import Frame, Opcode
 
 from .client import RealtimeClient, SpokenTurn
-from .protocol import REALTIME_PATH
+from .protocol import REALTIME_PATH, Error
 
 T = TypeVar("T")
 
@@ -238,12 +238,57 @@ def nested(depth: int) -> str:
     return '{"type": "text_delta", "text": ' + "[" * depth + "]" * depth + "}"
 
 
+async def send_nested(url: str, depth: int = 30_000) -> str:
+    """One deeply nested message; the error code it got."""
+    async with await RealtimeClient.connect(url) as client:
+        await client.ws.send(nested(depth))
+        answer = await client.recv(30)
+    return answer.code if isinstance(answer, Error) else f"not an error: {answer!r}"
+
+
+def ambiguous_requests() -> list[bytes]:
+    """Requests whose framing a proxy and this server could read differently (issue 10.8)."""
+    body = b'{"input": "hi"}'
+    return [
+        b"POST /v1/audio/speech HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n"
+        + f"Content-Length: {len(body)}\r\n\r\n".encode()
+        + body,
+        b"GET /healthz HTTP/1.1\r\nHost: t\r\nX-Folded: a\r\n b\r\n\r\n",
+    ]
+
+
 async def speak(url: str, text: str, speed: float | None = None) -> SpokenTurn:
     """One turn of ``text`` sent whole, read to its end (issues 10.3 and 15.3)."""
     async with await RealtimeClient.connect(url) as client:
         if speed is not None:
             await client.session_update(speed=speed)
         return await client.speak(text, timeout=300)
+
+
+LONG_URL = "Read https://example.com/" + "section/" * 400 + "?q=1 now."
+"""A 3,200-character URL in a sentence (issue 15.3)."""
+
+
+async def mix(host: str, port: int, seconds: float = 3.0) -> None:
+    """Every attack above once, scaled down to a few seconds: what the soak test mixes into
+    its load. The server must drop the hung peer itself (keepalive) and time the trickling
+    ones out (its request timeout), both within ``seconds``."""
+    url = f"ws://{host}:{port}{REALTIME_PATH}"
+    hung = await flood_then_hang(host, port, 5_000, seconds=1)
+    try:
+        await asyncio.gather(
+            flood_then_reset(host, port, 5_000, seconds=1),
+            ping_flood(host, port, megabytes=4, seconds=1),
+            slow_body(host, port, interval=0.2, seconds=seconds),
+            slow_head(host, port, interval=0.2, seconds=seconds),
+            silent(host, port, seconds=seconds),
+            *(raw_request(host, port, request) for request in ambiguous_requests()),
+            send_nested(url),
+            speak(url, "你好" * 10),
+            speak(url, LONG_URL),
+        )
+    finally:
+        reset(hung)
 
 
 async def barge_in_storm(url: str, seconds: float = 5.0, turns_per_s: float = 60.0) -> int:
