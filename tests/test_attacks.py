@@ -227,7 +227,7 @@ async def test_ambiguous_framing_is_refused_and_the_connection_closed(
     async with running(hardened()) as srv:
         answer = await attacks.raw_request(HOST, srv.port, request_bytes)  # reads until close
         assert answer.startswith(b"HTTP/1.1 400"), answer[:100]
-        assert metric(srv, "voicews_connections_dropped_total", reason="framing") == 1
+        assert metric(srv, "voicews_connections_dropped_total", reason="invalid_request") == 1
 
 
 # --- 15.2: DNS rebinding ---------------------------------------------------------------------

@@ -22,7 +22,7 @@ from .driver import SessionDriver
 from .errors import ErrorCode
 from .metrics import Metrics
 from .protocol import REALTIME_PATH
-from .realtime import RealtimeConnection
+from .realtime import Closed, RealtimeConnection
 from .session import Session, SessionConfig
 from .speech import MAX_BODY, read_body, refuse, speech
 from .worker import ComputeWorker
@@ -146,19 +146,14 @@ class VoicewsApp:
         if self.draining:
             connection.drain()
         logs.event("session_open", session=session.id, client=_client(scope))
-        closed = None
+        closed = Closed(code=None, lost=False)
         try:
             closed = await connection.run()
         finally:
             self._closed(session)
-            if closed is not None and closed.lost:
+            if closed.lost:
                 self.metrics.sessions_lost.inc()
-            logs.event(
-                "session_close",
-                session=session.id,
-                code=closed and closed.code,
-                lost=closed is not None and closed.lost,
-            )
+            logs.event("session_close", session=session.id, code=closed.code, lost=closed.lost)
 
     # --- HTTP -----------------------------------------------------------------------------
 

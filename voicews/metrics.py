@@ -32,7 +32,7 @@ class Metrics:
         )
         self.connections_dropped = Counter(
             "voicews_connections_dropped",
-            "Connections closed before a request: over the cap, head too slow, bad framing",
+            "Connections closed without serving a request: over the cap, head too slow, invalid",
             ["reason"],
             registry=r,
         )

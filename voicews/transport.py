@@ -49,7 +49,8 @@ def _ignore(reason: str) -> None:
 class TransportPolicy:
     limits: TransportLimits = TransportLimits()
     dropped: Callable[[str], None] = _ignore
-    """Told why a connection was dropped: ``connection_cap``, ``head_timeout``, ``framing``."""
+    """Told why a connection was dropped: ``connection_cap``, ``head_timeout``,
+    ``invalid_request`` (ambiguous framing or a malformed head, answered 400)."""
 
 
 class _StrictConnection(h11.Connection):
@@ -101,7 +102,7 @@ class StrictH11Protocol(H11Protocol):
         super().handle_websocket_upgrade(event)
 
     def send_400_response(self, msg: str) -> None:
-        self.policy.dropped("framing")
+        self.policy.dropped("invalid_request")
         self._cancel_head_timer()
         super().send_400_response(msg)
 
