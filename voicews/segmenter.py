@@ -27,7 +27,7 @@ _ABBREVIATIONS = frozenset(
     mon tue tues wed thu thur thurs fri sat sun ph.d""".split()
 )
 _DOTTED = re.compile(r"(?:[a-z]\.)+[a-z]")  # e.g, i.e, u.s.a, a.m
-_URL = re.compile(r"(?i)(?:[a-z][a-z0-9+.-]*://|www\.)\S*")
+_URL = re.compile(r"(?i)(?<![\w@.+-])(?:[a-z][a-z0-9+.-]*://|www\.)\S*")
 _URL_START = re.compile(r"(?i)[^\w\s]*(?:[a-z][a-z0-9+.-]*://|www\.)")  # a token that is one
 _URL_PREFIX = re.compile(r"(?i)^(?:[a-z][a-z0-9+.-]*://)?(?:[^/@?#]*@)?(?:www\.)?")
 URL_CHARS = 40
