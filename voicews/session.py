@@ -16,7 +16,8 @@ from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
-from .audio import Audio, StitchConfig, Stitcher, frames, to_pcm16
+from .audio import Audio, StitchConfig, Stitcher
+from .encoding import FrameEncoder, OutputFormat
 from .engines.base import SynthesisOptions
 from .errors import ErrorCode, VoicewsError
 from .protocol import (
@@ -34,6 +35,7 @@ from .protocol import (
     SegmentStarted,
     SessionCreated,
     SessionUpdate,
+    SessionUpdated,
     TextDelta,
     TurnDone,
     TurnReset,
@@ -46,6 +48,7 @@ from .segmenter import Segment, Segmenter, SegmenterConfig, Urgency
 
 Outgoing = (
     SessionCreated
+    | SessionUpdated
     | TurnStarted
     | ReplyDelta
     | SegmentStarted
@@ -164,6 +167,7 @@ class _Turn:
     id: str
     segmenter: Segmenter
     stitcher: Stitcher
+    out: FrameEncoder  # the turn's own: a format change applies from the next turn
     last_delta: float
     closed: bool = False
     text_chars: int = 0
@@ -175,25 +179,33 @@ class _Turn:
     started: float = 0.0
     first_delta: float | None = None
     seq: int = 0
-    samples_queued: int = 0
+    released: int = 0  # engine-rate samples handed to ``out``
+    samples_queued: int = 0  # from here on, samples at the output rate
     samples_sent: int = 0
     samples_played: int | None = None  # as the client last reported
-    spoken: list[tuple[int, str]] = field(default_factory=list)  # (start_sample, text)
+    spoken: list[tuple[int, str]] = field(default_factory=list)  # (engine-rate start, text)
     play_end: float | None = None  # when a real-time listener runs out of audio
     generation: GenerationRequest | None = None  # agent mode: the reply being generated
     reply: list[str] | None = None  # agent mode: the reply's text so far
 
 
 class Session:
-    def __init__(self, session_id: str, sample_rate: int, config: SessionConfig) -> None:
+    def __init__(
+        self,
+        session_id: str,
+        sample_rate: int,
+        config: SessionConfig,
+        audio: OutputFormat | None = None,
+    ) -> None:
+        """``sample_rate`` is the engine's; ``audio`` what the frames carry (default: PCM16
+        at the engine's rate)."""
         self.id = session_id
         self.config = config
         self.sample_rate = sample_rate
+        self.audio = audio or OutputFormat(sample_rate)
         self.outbox: deque[Outgoing] = deque()
         self._outbox_samples = 0
         self._outbox_frames = 0
-        self._frame_samples = max(1, sample_rate * config.frame_ms // 1000)
-        self._max_pending = sample_rate * config.max_pending_audio_ms // 1000
         self._options = SynthesisOptions()
         self._turn: _Turn | None = None
         self._last_turn_id: str | None = None
@@ -215,9 +227,7 @@ class Session:
 
     def created(self) -> SessionCreated:
         return SessionCreated(
-            session_id=self.id,
-            audio=AudioFormat(sample_rate=self.sample_rate),
-            limits=self.config.limits(),
+            session_id=self.id, audio=self._audio_format(), limits=self.config.limits()
         )
 
     def admit(self, now: float) -> bool:
@@ -263,8 +273,7 @@ class Session:
                         raise VoicewsError(ErrorCode.NO_ACTIVE_TURN, "cancel: no live turn")
                     self._cut(self._turn, now)
                 case SessionUpdate():
-                    changes = message.model_dump(exclude={"type"}, exclude_none=True)
-                    self._options = replace(self._options, **changes)
+                    self._update(message)
                 case UserMessage():
                     self._user_message(message.text, message.turn_id, now)
                 case Playback():
@@ -298,12 +307,13 @@ class Session:
         if len(starts) != len(words):
             return  # an engine that miscounted: the segment stays one unit
         base, skipped = turn.spoken[-1][0], turn.stitcher.skipped  # the segment's start
-        marks = [
-            WordMark(text=word, start_sample=base + max(0, start - skipped))
+        placed = [
+            (base + max(0, start - skipped), word)
             for word, start in zip(words, starts, strict=True)
         ]
+        marks = [WordMark(text=word, start_sample=turn.out.position(at)) for at, word in placed]
         self.outbox.append(Words(turn_id=turn.id, words=marks))
-        turn.spoken[-1:] = [(mark.start_sample, mark.text) for mark in marks]
+        turn.spoken[-1:] = placed
 
     def on_text(self, job_id: int, text: str, now: float) -> None:
         """Agent mode: a delta of the reply being generated; it is spoken like client text."""
@@ -405,7 +415,7 @@ class Session:
                     if now - turn.play_end > _STALL_TOLERANCE:
                         self.stats.stalls.append(now - turn.play_end)
                     start = max(turn.play_end, now)
-                turn.play_end = start + item.samples / self.sample_rate
+                turn.play_end = start + item.samples / turn.out.sample_rate
             self._pump(now)
         return item
 
@@ -451,7 +461,9 @@ class Session:
 
     @property
     def _paused(self) -> bool:
-        return self._outbox_samples >= self._max_pending
+        # Queued frames of a finished turn at another rate count at this one's: a soft bound.
+        rate = self._turn.out.sample_rate if self._turn is not None else self.audio.sample_rate
+        return self._outbox_samples >= rate * self.config.max_pending_audio_ms // 1000
 
     # --- the machine ----------------------------------------------------------------------
 
@@ -473,6 +485,7 @@ class Session:
             id=turn_id,
             segmenter=Segmenter(self.config.segmenter),
             stitcher=Stitcher(self.sample_rate, self.config.stitch),
+            out=FrameEncoder(self.sample_rate, self.audio, self.config.frame_ms),
             last_delta=now,
             started=now,
         )
@@ -483,7 +496,7 @@ class Session:
         self._cancel_jobs(turn)
         self._drop_queued(turn.id)
         heard = min(turn.samples_sent, turn.samples_played or turn.samples_sent)
-        heard_text = " ".join(text for start, text in turn.spoken if start < heard)
+        heard_text = " ".join(t for at, t in turn.spoken if turn.out.position(at) < heard)
         if turn.reply is not None and heard_text:
             self._remember("assistant", heard_text)  # what the user heard, not what was planned
         self.outbox.append(
@@ -494,6 +507,25 @@ class Session:
         self.stats.turns.append("cancelled")
         self._turn = None
         self._last_activity = now
+
+    def _update(self, message: SessionUpdate) -> None:
+        """Voice options apply from the next segment, the audio format from the next turn."""
+        audio = self.audio
+        if message.audio is not None:
+            try:
+                audio = audio.updated(message.audio.sample_rate, message.audio.format)
+            except ValueError as exc:
+                raise VoicewsError(ErrorCode.INVALID_MESSAGE, str(exc)) from None
+        changes = message.model_dump(exclude={"type", "audio"}, exclude_none=True)
+        self._options = replace(self._options, **changes)
+        self.audio = audio
+        live = self._turn.id if self._turn is not None else None
+        self.outbox.append(
+            SessionUpdated(audio=self._audio_format(), speed=self._options.speed, live_turn_id=live)
+        )
+
+    def _audio_format(self) -> AudioFormat:
+        return AudioFormat(sample_rate=self.audio.sample_rate, format=self.audio.format)
 
     def _cancel_jobs(self, turn: _Turn) -> None:
         for request in (turn.job, turn.generation):
@@ -653,7 +685,7 @@ class Session:
     def _ahead(self, turn: _Turn, now: float) -> float:
         """Seconds of audio the listener has left, counting audio not yet sent."""
         played = 0.0 if turn.play_end is None else max(turn.play_end - now, 0.0)
-        return played + self._outbox_samples / self.sample_rate
+        return played + self._outbox_samples / turn.out.sample_rate
 
     def _submit(self, turn: _Turn, segment: Segment, now: float) -> None:
         first = not turn.first_submitted
@@ -677,19 +709,19 @@ class Session:
         turn = self._turn
         return turn if turn is not None and _is(turn.job, job_id) else None
 
-    def _emit(self, turn: _Turn, audio: Audio) -> None:
-        if audio.size == 0:
-            return
-        if not turn.announced and turn.segment is not None:
+    def _emit(self, turn: _Turn, audio: Audio, last: bool = False) -> None:
+        """Stitched audio to frames; ``last`` also takes what the turn's encoder holds."""
+        if audio.size and not turn.announced and turn.segment is not None:
+            start = turn.out.position(turn.released)
             self.outbox.append(
-                SegmentStarted(
-                    turn_id=turn.id, text=turn.segment.text, start_sample=turn.samples_queued
-                )
+                SegmentStarted(turn_id=turn.id, text=turn.segment.text, start_sample=start)
             )
-            turn.spoken.append((turn.samples_queued, turn.segment.text))
+            turn.spoken.append((turn.released, turn.segment.text))
             turn.announced = True
-        for pcm in frames(to_pcm16(audio), self._frame_samples):
-            frame = AudioFrame(turn.id, turn.seq, turn.samples_queued, pcm)
+        turn.released += audio.size
+        chunks = turn.out.push(audio) if audio.size else []
+        for pcm, samples in chunks + (turn.out.finish() if last else []):
+            frame = AudioFrame(turn.id, turn.seq, turn.samples_queued, pcm, samples)
             turn.seq += 1
             turn.samples_queued += frame.samples
             self._outbox_samples += frame.samples
@@ -698,7 +730,7 @@ class Session:
 
     def _finish(self, turn: _Turn, now: float, cancelled: bool, outcome: str) -> None:
         """End a turn whose queued audio still goes out (drained, or stopped by a failure)."""
-        self._emit(turn, turn.stitcher.finish())
+        self._emit(turn, turn.stitcher.finish(), last=True)
         self.outbox.append(
             TurnDone(turn_id=turn.id, samples=turn.samples_queued, cancelled=cancelled)
         )
