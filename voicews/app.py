@@ -18,8 +18,10 @@ from . import access, logs
 from .agent import AgentBackend
 from .asgi import Receive, Scope, Send, headers_of, refuse_websocket, respond
 from .driver import SessionDriver
+from .encoding import OutputFormat
+from .errors import VoicewsError
 from .metrics import Metrics
-from .protocol import REALTIME_PATH
+from .protocol import REALTIME_PATH, parse_audio_query
 from .realtime import RealtimeConnection
 from .session import Session, SessionConfig
 from .speech import refuse, speech
@@ -95,8 +97,8 @@ class VoicewsApp:
             return access.Refusal(503, f"server full: {limit} sessions")
         return None
 
-    def _open(self, config: SessionConfig) -> Session:
-        session = Session(uuid.uuid4().hex, self.worker.sample_rate, config)
+    def _open(self, config: SessionConfig, audio: OutputFormat | None = None) -> Session:
+        session = Session(uuid.uuid4().hex, self.worker.sample_rate, config, audio)
         self.sessions[session.id] = session
         self._idle.clear()
         self.metrics.sessions_opened.inc()
@@ -128,12 +130,16 @@ class VoicewsApp:
             )
             return
         refusal = self._admit(scope)
+        try:
+            audio = self._audio_query(scope["query_string"])
+        except VoicewsError as exc:
+            refusal = refusal or access.Refusal(400, exc.message)
         if refusal is not None:
             self._refused(scope, refusal)
             await refuse_websocket(send, refusal.status, refusal.reason)
             return
         await send({"type": "websocket.accept"})
-        session = self._open(self.config.session)
+        session = self._open(self.config.session, audio)
         connection = RealtimeConnection(
             SessionDriver(session, self.worker, self.metrics.observe, self.agent), receive, send
         )
@@ -147,6 +153,11 @@ class VoicewsApp:
         finally:
             self._closed(session)
             logs.event("session_close", session=session.id, code=code)
+
+    def _audio_query(self, query: bytes) -> OutputFormat:
+        """The output format asked for in the realtime URL; VoicewsError for a bad one."""
+        update = parse_audio_query(query)
+        return OutputFormat(self.worker.sample_rate).updated(update.sample_rate, update.format)
 
     # --- HTTP -----------------------------------------------------------------------------
 
@@ -206,7 +217,10 @@ class VoicewsApp:
             return []
         return [
             (b"access-control-allow-origin", origin.encode("latin-1")),
-            (b"access-control-expose-headers", b"x-voicews-streamed, x-voicews-sample-rate"),
+            (
+                b"access-control-expose-headers",
+                b"x-request-id, x-voicews-streamed, x-voicews-sample-rate",
+            ),
             (b"vary", b"origin"),
         ]
 

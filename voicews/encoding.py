@@ -318,11 +318,9 @@ def response_output(
     response_format: ResponseFormat, native_rate: int, sample_rate: int | None
 ) -> OutputFormat:
     """What the session feeding a response produces: PCM16 for ``wav`` and ``pcm`` (passed
-    through), float32 for the codecs. ``pcm`` is 24 kHz and ``opus`` 48 kHz unless asked
-    otherwise, the rest the voice's own rate. ValueError for a rate the format cannot take."""
+    through), float32 for the codecs. ``opus`` is 48 kHz (the request refuses another rate),
+    ``pcm`` 24 kHz unless asked otherwise, the rest the voice's own rate unless asked."""
     if response_format == "opus":
-        if sample_rate not in (None, OPUS_RATE):
-            raise ValueError(f"sample_rate: opus is {OPUS_RATE} Hz only")
         return OutputFormat(OPUS_RATE, "pcm_f32le")
     default = PCM_RESPONSE_RATE if response_format == "pcm" else native_rate
     encoding: Encoding = "pcm_s16le" if response_format in ("wav", "pcm") else "pcm_f32le"
