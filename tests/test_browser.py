@@ -265,3 +265,26 @@ async def test_resampling_player(browser: Browser, server: VoicewsServer) -> Non
         assert other.problems == [] and other.foreign == []
     finally:
         await other.page.close()
+
+
+async def test_output_rate_choice(browser: Browser, server: VoicewsServer) -> None:
+    """48 kHz or the voice's own rate: ``?sample_rate=48000`` preselects it, the page asks the
+    server for it at connect and plays it with no resampling of its own; choosing the other
+    reconnects at the voice's rate."""
+    other = await Browser.open(browser.page.context, server.http_url, "/?sample_rate=48000")
+    try:
+        assert await other.page.input_value("#output-rate") == "48000"
+        await other.page.evaluate("(text) => window.voicews.speak(text, 0)", REPLY)
+        s = await other.wait_for("s.drained", 60)
+        assert (s["contextRate"], s["sampleRate"]) == (48000, 48000)
+        assert s["samplesPlayed"] == s["samplesReceived"] == s["turnDone"]["samples"] > 2 * 48000
+        assert s["underruns"] == s["lateUnderruns"], await other.log()
+        assert s["gaps"] == 0 and s["wavePeak"] > 0.05
+        await other.page.select_option("#output-rate", "0")
+        s = await other.wait_for("s.connected && s.sampleRate === 22050", 10)
+        await other.page.evaluate("(text) => window.voicews.speak(text, 0)", "Back to normal.")
+        s = await other.wait_for("s.drained", 30)
+        assert s["contextRate"] == s["sampleRate"] == 22050
+        assert other.problems == [] and other.foreign == []
+    finally:
+        await other.page.close()
