@@ -12,6 +12,7 @@ Without them the tests are skipped, or fail when ``$CI`` is set. Screenshots go 
 from __future__ import annotations
 
 import asyncio
+import base64
 import os
 import re
 import shutil
@@ -24,6 +25,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 import pytest
 
 from conftest import timeout
+from voicews.client import RealtimeClient
 from voicews.server import VoicewsServer
 
 if TYPE_CHECKING:
@@ -288,3 +290,33 @@ async def test_output_rate_choice(browser: Browser, server: VoicewsServer) -> No
         assert other.problems == [] and other.foreign == []
     finally:
         await other.page.close()
+
+
+async def test_opus_frames_decode_with_webcodecs(browser: Browser, server: VoicewsServer) -> None:
+    """PROTOCOL.md's browser recipe: each opus frame is one packet for WebCodecs' AudioDecoder,
+    which gives back exactly the samples the frames count (the lookahead included)."""
+    async with await RealtimeClient.connect(server.url + "?format=opus") as client:
+        turn = await client.speak("Hello there, how can I help?", timeout=timeout(20))
+    packets = [base64.b64encode(frame.pcm).decode() for frame in turn.frames]
+    decoded = await browser.page.evaluate(
+        """async (packets) => {
+          const sizes = [];
+          let error = null;
+          const decoder = new AudioDecoder({
+            output: (data) => { sizes.push(data.numberOfFrames); data.close(); },
+            error: (e) => { error = String(e); },
+          });
+          decoder.configure({ codec: "opus", sampleRate: 48000, numberOfChannels: 1 });
+          packets.forEach((packet, i) => {
+            const data = Uint8Array.from(atob(packet), (c) => c.charCodeAt(0));
+            decoder.decode(new EncodedAudioChunk(
+              { type: "key", timestamp: i * 20000, duration: 20000, data }));
+          });
+          await decoder.flush();
+          return { sizes, error };
+        }""",
+        packets,
+    )
+    assert decoded["error"] is None
+    assert decoded["sizes"] == [frame.samples for frame in turn.frames]
+    assert sum(decoded["sizes"]) == turn.done.samples  # type: ignore[union-attr]
