@@ -13,8 +13,8 @@ Two parts, in one run:
   ``response_format`` the same replies in one POST (request sent -> first body byte). Formats
   take turns within each repeat, so drift on a busy machine hits them alike.
 
-    python bench/formats.py                         # 5 replies x 5 repeats (~3 min)
-    python bench/formats.py --replies 1 --repeats 1 # smoke run
+    python bench/formats.py                         # 5 replies x 3 repeats (~15 min)
+    python bench/formats.py --replies 1 --repeats 1 # smoke run (~2 min)
 """
 
 from __future__ import annotations
@@ -237,7 +237,7 @@ def report(alone: dict[str, dict[str, float]], e2e: dict[str, float], rate: floa
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("--replies", type=int, default=len(REPLIES), help="how many replies")
-    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--rate", type=float, default=50.0, help="tokens/s for the realtime runs")
     parser.add_argument("--json", type=Path, metavar="PATH", help="write the figures here")
     args = parser.parse_args(argv)

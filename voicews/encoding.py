@@ -156,8 +156,6 @@ def opus_packet_samples(packet: bytes) -> int:
 class _OpusPackets:
     """Raw Opus packets (no Ogg), 20 ms each, as WebRTC and WebCodecs take them."""
 
-    delay: int
-
     def __init__(self) -> None:
         codec = av.CodecContext.create("libopus", "w")
         assert isinstance(codec, av.AudioCodecContext)
