@@ -76,10 +76,11 @@ async def test_a_turn_in_each_format(server: VoicewsServer, rate: int, fmt: str)
     assert [w.text for w in turn.words] == REPLY.split()
     word_starts = [w.start_sample for w in turn.words]
     assert word_starts == sorted(word_starts) and word_starts[-1] < turn.samples
-    # Each segment's first word starts within 50 ms after the segment does (lead silence).
+    # Each segment's first word starts soon after the segment does: at most 60 ms over 1,440
+    # syntheses (Piper samples the lead's length with noise; see test_e2e), 100 ms with margin.
     index = 0
     for segment in turn.segments:
-        assert 0 <= turn.words[index].start_sample - segment.start_sample < 0.05 * rate
+        assert 0 <= turn.words[index].start_sample - segment.start_sample < 0.1 * rate
         index += len(segment.text.split())
 
 

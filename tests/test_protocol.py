@@ -127,7 +127,7 @@ def test_audio_query_parameters() -> None:
     ]:
         with pytest.raises(VoicewsError) as info:
             parse_audio_query(query)
-        assert info.value.code is ErrorCode.INVALID_MESSAGE and field in info.value.message
+        assert info.value.code is ErrorCode.INVALID_REQUEST and field in info.value.message
 
 
 def test_audio_frame_is_a_msgpack_map_with_its_sample_count() -> None:

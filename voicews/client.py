@@ -23,6 +23,7 @@ from websockets.asyncio.client import ClientConnection, connect
 
 from .audio import Audio, to_pcm16
 from .encoding import OpusDecoder, decode_pcm
+from .listener import ListenerClock
 from .protocol import (
     AudioFormat,
     AudioFrame,
@@ -99,15 +100,11 @@ class SpokenTurn:
 
     def stall(self) -> float:
         """Silence a listener who starts at the first frame and plays in real time hears."""
-        clock, stalled = None, 0.0
-        for at, frame in zip(self.frame_times, self.frames, strict=True):
-            if clock is None:
-                clock = at
-            elif at > clock:
-                stalled += at - clock
-                clock = at
-            clock += frame.samples / self.sample_rate
-        return stalled
+        listener = ListenerClock(self.sample_rate)
+        return sum(
+            listener.add(frame.samples, at)
+            for at, frame in zip(self.frame_times, self.frames, strict=True)
+        )
 
     def audio(self) -> Audio:
         """The turn's audio decoded to float32 at ``sample_rate``."""

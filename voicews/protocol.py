@@ -24,7 +24,7 @@ from pydantic import (
     model_validator,
 )
 
-from .errors import ErrorCode, VoicewsError
+from .errors import SESSION_CODES, ErrorCode, VoicewsError
 
 PROTOCOL_VERSION = 1
 REALTIME_PATH = "/v1/realtime"
@@ -280,7 +280,7 @@ class Error(_Event):
     """A refusal; ``code`` is one of :class:`ErrorCode`, and later versions may add codes."""
 
     type: Literal["error"] = "error"
-    code: str = Field(json_schema_extra={"examples": [c.value for c in ErrorCode]})
+    code: str = Field(json_schema_extra={"examples": [c.value for c in SESSION_CODES]})
     message: str
     turn_id: str | None = None
 
@@ -352,7 +352,8 @@ def _describe(exc: ValidationError, skip: int = 1, whole: str = "message") -> st
 
 
 def parse_audio_query(query: bytes) -> AudioUpdate:
-    """``?sample_rate=N&format=F`` of the realtime URL (other parameters are not ours)."""
+    """``?sample_rate=N&format=F`` of the realtime URL (other parameters are not ours); a bad
+    value refuses the handshake with ``invalid_request`` (HTTP 400)."""
     fields: dict[str, Any] = {}
     for name, values in parse_qs(query.decode("latin-1")).items():
         if name in AudioUpdate.model_fields:
@@ -363,7 +364,7 @@ def parse_audio_query(query: bytes) -> AudioUpdate:
     try:
         return AudioUpdate.model_validate(fields)
     except ValidationError as exc:
-        raise VoicewsError(ErrorCode.INVALID_MESSAGE, _describe(exc, 0, "query")) from None
+        raise VoicewsError(ErrorCode.INVALID_REQUEST, _describe(exc, 0, "query")) from None
 
 
 def encode_event(event: BaseModel) -> str:

@@ -16,9 +16,10 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from . import logs
-from .asgi import Receive, Send, respond
+from .asgi import Receive, Send
 from .driver import SessionDriver
 from .encoding import ContainerEncoder, ResponseFormat, content_type, response_output
+from .errors import ErrorCode, VoicewsError
 from .protocol import (
     OPUS_RATE,
     AudioFrame,
@@ -77,21 +78,19 @@ async def speech(
     voice: str,
     headers: list[tuple[bytes, bytes]],
 ) -> None:
-    """Serve one request; the session must allow a whole turn's text as backlog."""
+    """Serve one request; the session must allow a whole turn's text as backlog. A request
+    refused before the response starts raises :class:`VoicewsError`."""
     body = await read_body(receive, _MAX_BODY)
     if body is None:
-        await refuse(send, 413, "request_too_large", f"body over {_MAX_BODY} bytes", headers)
-        return
+        raise VoicewsError(ErrorCode.REQUEST_TOO_LARGE, f"body over {_MAX_BODY} bytes")
     try:
         request = SpeechRequest.model_validate(json.loads(body or b"null"))
     except (ValueError, ValidationError) as exc:
-        await refuse(send, 400, "invalid_request", _describe(exc), headers)
-        return
+        raise VoicewsError(ErrorCode.INVALID_REQUEST, _describe(exc)) from None
     session, now = driver.session, driver.now()
     limit = session.config.max_turn_text_chars
     if len(request.input) > limit:
-        await refuse(send, 413, "input_too_long", f"input over {limit} characters", headers)
-        return
+        raise VoicewsError(ErrorCode.INPUT_TOO_LONG, f"input over {limit} characters")
     # The session's first turn is the response: it takes this format.
     session.audio = response_output(
         request.response_format, session.sample_rate, request.sample_rate
@@ -160,14 +159,6 @@ async def _stream(
 async def _disconnected(receive: Receive) -> None:
     while (await receive())["type"] != "http.disconnect":
         pass
-
-
-async def refuse(
-    send: Send, status: int, code: str, message: str, headers: list[tuple[bytes, bytes]]
-) -> None:
-    """Errors in the shape OpenAI clients read: ``{"error": {"code", "message"}}``."""
-    body = json.dumps({"error": {"code": code, "message": message}}) + "\n"
-    await respond(send, status, body, "application/json", headers)
 
 
 def _describe(exc: Exception) -> str:
