@@ -100,3 +100,27 @@ def test_the_tail_after_a_failed_segment_is_not_announced_as_it() -> None:
     tail = track.finish()  # the previous segment's faded tail
     assert tail and all(isinstance(i, AudioFrame) for i in tail)
     assert [text for _, text in track.spoken] == ["Spoken."]
+
+
+def test_at_another_output_rate_positions_are_at_that_rate_and_kept_at_the_engines() -> None:
+    track = make(out_rate=2 * RATE)
+    track.begin("One.")
+    out = track.push(tone(200))
+    out += track.end(Boundary.SENTENCE)
+    track.begin("two words")
+    out += track.push(tone(300))
+    engine_start = track.spoken[-1][0]
+    (_, announced) = [i for i in out if isinstance(i, SegmentStarted)]
+    assert announced.start_sample == 2 * engine_start
+    placed = track.place_words([0, 100])
+    assert placed is not None
+    assert [w.start_sample for w in placed.words] == [2 * engine_start, 2 * (engine_start + 100)]
+    assert track.spoken[-2:] == [(engine_start, "two"), (engine_start + 100, "words")]
+    assert track.heard(2 * (engine_start + 100)) == "One. two"
+    out += track.end(Boundary.SENTENCE) + track.finish()
+    sent = frames(out)
+    assert all(0 < f.samples <= 80 for f in sent)  # 40 ms at the output rate
+    assert [f.start_sample for f in sent] == [
+        sum(f.samples for f in sent[:i]) for i in range(len(sent))
+    ]
+    assert track.samples == 2 * (engine_start + 300)  # the resampler flushed at the end

@@ -360,6 +360,13 @@ class Session:
         return min([limit, flush, *(t for t in cuts if t > now)])
 
     @property
+    def pending_audio_s(self) -> float:
+        """Seconds of audio waiting for the socket, at the output rate of its turn."""
+        turn = self._turn if self._turn is not None else self._finished
+        rate = turn.listener.sample_rate if turn is not None else self.audio.sample_rate
+        return self.outbox.samples / rate
+
+    @property
     def synthesizing(self) -> bool:
         """A segment of this session is with the compute worker."""
         return self._turn is not None and self._turn.in_flight is not None
