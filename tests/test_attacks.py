@@ -27,16 +27,11 @@ from voicews.server import ServerConfig, VoicewsServer
 HOST = "127.0.0.1"
 
 
-def hardened(**session: object) -> ServerConfig:
+def hardened(**server: object) -> ServerConfig:
     """Short keepalive and request deadlines, so what the defaults bound in tens of seconds
     is bounded here in one."""
-    return replace(
-        TEST_CONFIG,
-        ping_interval=0.5,
-        ping_timeout=0.5,
-        request_timeout=0.5,
-        session=replace(TEST_CONFIG.session, **session),  # type: ignore[arg-type]
-    )
+    short = replace(TEST_CONFIG, ping_interval=0.5, ping_timeout=0.5, request_timeout=0.5)
+    return replace(short, **server)  # type: ignore[arg-type]
 
 
 async def until(condition: Callable[[], bool], seconds: float, what: str) -> float:
@@ -93,7 +88,7 @@ async def test_peers_that_flood_then_hang_are_dropped_by_keepalive() -> None:
 
 
 def with_slots(sessions: int) -> ServerConfig:
-    return replace(TEST_CONFIG, session=replace(TEST_CONFIG.session, max_sessions=sessions))
+    return replace(TEST_CONFIG, max_sessions=sessions)
 
 
 # --- 10.2: slow request bodies ---------------------------------------------------------------
@@ -270,7 +265,7 @@ async def test_long_tokens_cost_what_ordinary_text_costs() -> None:
     """A 3,200-character URL, a 1,000-character word, 600 digits, 900 zero-width joiners:
     each is split (or, for the URL, read shortened), so the calm session keeps speaking and
     the process does not grow past what an ordinary segment's inference takes."""
-    async with running(hardened(max_pending_text_chars=4_000)) as srv:
+    async with running(hardened(session=replace(TEST_CONFIG.session, max_pending_text_chars=4_000))) as srv:
         await attacks.speak(srv.url, "Warm up the voice with an ordinary sentence or two.")
         before = resources().rss
         for name, text in LONG_TOKENS.items():

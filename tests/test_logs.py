@@ -126,6 +126,6 @@ async def test_serve_at_trace_level_starts_and_prints_no_token(tmp_path: Path) -
 def test_log_levels_are_checked_at_the_command_line() -> None:
     from voicews.cli import _log_level
 
-    assert _log_level("trace") == 5 and logging.getLevelName(5) == "TRACE"
+    assert _log_level("trace") == "TRACE" and logging.getLevelName(5) == "TRACE"
     with pytest.raises(Exception, match="choose from TRACE, DEBUG"):
         _log_level("LOUD")

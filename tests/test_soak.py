@@ -10,8 +10,8 @@ import asyncio
 from dataclasses import replace
 
 from conftest import ARENA_SLACK, http_get, resources, running, timeout, tracing_heap, with_session
+from loadtest import soak
 from voicews import attacks
-from voicews.loadtest import soak
 
 SESSIONS, TURNS = 8, 8  # per phase: 64 conversation turns, a fifth of them barge-ins
 

@@ -15,30 +15,31 @@ from dataclasses import replace
 
 from .access import TOKENS_ENV, AccessPolicy, load_tokens
 from .client import RealtimeClient
-from .engines import ENGINES
+from .engines import BUNDLED_VOICE, ENGINES
 from .protocol import REALTIME_PATH
 from .server import ServerConfig, VoicewsServer
-from .session import SessionConfig
+
+DEFAULTS = ServerConfig()
+"""Every default of ``voicews serve`` is the config's; ``voicews say`` speaks to it."""
 
 
-def main(argv: list[str] | None = None) -> None:
+def parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="voicews", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
 
     serve = commands.add_parser("serve", help="run the realtime TTS service")
-    serve.add_argument("--host", default="127.0.0.1")
-    serve.add_argument("--port", type=int, default=8765)
-    serve.add_argument("--engine", choices=sorted(ENGINES), default="piper")
-    serve.add_argument("--voice", help="Piper voice .onnx (default: bundled en_US-joe-medium)")
+    serve.add_argument("--host", default=DEFAULTS.host)
+    serve.add_argument("--port", type=int, default=DEFAULTS.port)
+    serve.add_argument("--engine", choices=sorted(ENGINES), default=DEFAULTS.engine)
+    serve.add_argument("--voice", help=f"Piper voice .onnx (default: bundled {BUNDLED_VOICE})")
     serve.add_argument(
         "--lanes",
         type=int,
-        default=ServerConfig().lanes,
+        default=DEFAULTS.lanes,
         help="inferences the piper engine runs side by side, each on its share of the cores",
     )
-    defaults = SessionConfig()
-    serve.add_argument("--idle-flush-ms", type=int, default=defaults.idle_flush_ms)
-    serve.add_argument("--max-sessions", type=int, default=defaults.max_sessions)
+    serve.add_argument("--idle-flush-ms", type=int, default=DEFAULTS.session.idle_flush_ms)
+    serve.add_argument("--max-sessions", type=int, default=DEFAULTS.max_sessions)
     serve.add_argument(
         "--token-file", help=f"bearer tokens, one per line (also ${TOKENS_ENV}, comma-separated)"
     )
@@ -52,7 +53,7 @@ def main(argv: list[str] | None = None) -> None:
     serve.add_argument(
         "--drain-timeout",
         type=float,
-        default=ServerConfig().drain_timeout,
+        default=DEFAULTS.drain_timeout,
         help="seconds live turns may take to finish on SIGTERM",
     )
     serve.add_argument(
@@ -60,6 +61,11 @@ def main(argv: list[str] | None = None) -> None:
         metavar="PATH_OR_REPO",
         help="agent mode: an mlx-lm model (dir, repo id or .gguf; 'smollm2' for the bundled "
         "one) answers user_message and its reply is spoken (needs the [agent] extra)",
+    )
+    serve.add_argument(
+        "--wyoming-uri",
+        metavar="tcp://HOST:PORT",
+        help="also serve Wyoming text to speech (Home Assistant) there (needs the [wyoming] extra)",
     )
     serve.add_argument(
         "--log-level",
@@ -71,7 +77,7 @@ def main(argv: list[str] | None = None) -> None:
     say = commands.add_parser("say", help="speak text through a running service into a WAV")
     say.add_argument("text", nargs="?", default="-", help="text, or - to stream stdin")
     say.add_argument("-o", "--output", required=True, help="WAV file to write")
-    say.add_argument("--url", default=f"ws://127.0.0.1:8765{REALTIME_PATH}")
+    say.add_argument("--url", default=f"ws://{DEFAULTS.host}:{DEFAULTS.port}{REALTIME_PATH}")
     say.add_argument("--speed", type=float, help="speaking rate, 0.5 to 2.0")
     say.add_argument("--tokens-per-s", type=float, help="send the text as word pieces at this rate")
 
@@ -80,36 +86,44 @@ def main(argv: list[str] | None = None) -> None:
     )
     convert.add_argument("gguf", nargs="?", help="GGUF file (default: bundled SmolLM2)")
     convert.add_argument("out_dir", nargs="?", help="output directory (default: the cache)")
+    convert.set_defaults(usage_error=convert.error)
+    return parser
 
-    args = parser.parse_args(argv)
+
+def serve_config(args: argparse.Namespace) -> ServerConfig:
+    return replace(
+        DEFAULTS,
+        host=args.host,
+        port=args.port,
+        engine=args.engine,
+        voice=args.voice,
+        lanes=args.lanes,
+        drain_timeout=args.drain_timeout,
+        max_sessions=args.max_sessions,
+        agent_model=_agent_model(args.agent_model),
+        wyoming_uri=args.wyoming_uri,
+        session=replace(DEFAULTS.session, idle_flush_ms=args.idle_flush_ms),
+        access=AccessPolicy(
+            tokens=load_tokens(args.token_file), allowed_origins=frozenset(args.allow_origin)
+        ),
+    )
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parser().parse_args(argv)
     if args.command == "convert-gguf":
         from .llm.convert import convert_command
 
         try:
             print(convert_command(args.gguf, args.out_dir))
         except ValueError as exc:
-            convert.error(str(exc))
+            args.usage_error(str(exc))
         return
     if args.command == "serve":
         logging.basicConfig(
             level=args.log_level, format="%(asctime)s level=%(levelname)s %(message)s"
         )
-        config = ServerConfig(
-            host=args.host,
-            port=args.port,
-            engine=args.engine,
-            voice=args.voice,
-            lanes=args.lanes,
-            drain_timeout=args.drain_timeout,
-            agent_model=_agent_model(args.agent_model),
-            session=replace(
-                defaults, idle_flush_ms=args.idle_flush_ms, max_sessions=args.max_sessions
-            ),
-            access=AccessPolicy(
-                tokens=load_tokens(args.token_file), allowed_origins=frozenset(args.allow_origin)
-            ),
-        )
-        asyncio.run(_serve(config))
+        asyncio.run(_serve(serve_config(args)))
     else:
         sys.exit(asyncio.run(_say(args)))
 
@@ -118,7 +132,7 @@ LOG_LEVELS = {"TRACE": 5, "DEBUG": 10, "INFO": 20, "WARNING": 30, "ERROR": 40}
 """TRACE is uvicorn's level below DEBUG."""
 
 
-def _log_level(name: str) -> int:
+def _log_level(name: str) -> str:
     try:
         level = LOG_LEVELS[name.upper()]
     except KeyError:
@@ -126,7 +140,7 @@ def _log_level(name: str) -> int:
             f"unknown log level {name!r}; choose from {', '.join(LOG_LEVELS)}"
         ) from None
     logging.addLevelName(level, name.upper())
-    return level
+    return name.upper()
 
 
 def _agent_model(name: str | None) -> str | None:
@@ -146,6 +160,8 @@ async def _serve(config: ServerConfig) -> None:
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     print(f"voicews: listening on {server.url}", flush=True)
+    if server.wyoming is not None:
+        print(f"voicews: Wyoming on {server.wyoming.uri}", flush=True)
     await stop.wait()
     await server.close(drain=True)
 

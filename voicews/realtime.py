@@ -31,9 +31,12 @@ class Closed:
 
 
 class RealtimeConnection:
-    def __init__(self, driver: SessionDriver, receive: Receive, send: Send) -> None:
+    def __init__(
+        self, driver: SessionDriver, receive: Receive, send: Send, max_sessions: int
+    ) -> None:
         self.driver = driver
         self.session: Session = driver.session
+        self._max_sessions = max_sessions
         self._receive = receive
         self._send = send
 
@@ -45,7 +48,9 @@ class RealtimeConnection:
         vanishes, and only the send loop, failing to write, then knows it.
         """
         session = self.session
-        await self._send({"type": "websocket.send", "text": encode_event(session.created())})
+        await self._send(
+            {"type": "websocket.send", "text": encode_event(session.created(self._max_sessions))}
+        )
         session.start(self.driver.now())
         self.driver.sync()
         sender = asyncio.create_task(self._send_loop())
@@ -79,7 +84,7 @@ class RealtimeConnection:
                 self._on_frame(text if text is not None else message.get("bytes") or b"")
 
     def drain(self) -> None:
-        """Server shutdown: let the current turn finish, then close with 1001."""
+        """Server shutdown: let the current turn finish, then close (going away)."""
         self.session.drain(self.driver.now())
         self.driver.sync()
 

@@ -3,7 +3,7 @@
 uvicorn moves the bytes (HTTP/1.1 through h11, WebSocket through the sans-I/O protocol of
 ``websockets``, both with the bounds of :mod:`voicews.transport`); the app decides. Shutdown
 drains first: new sessions are refused, live turns finish up to ``drain_timeout``, sessions
-close with 1001, then uvicorn stops.
+close (going away), then uvicorn stops.
 """
 
 from __future__ import annotations
@@ -13,19 +13,23 @@ import contextlib
 import socket
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import uvicorn
 
 from . import logs
 from .access import AccessPolicy, own_origins
-from .agent import AgentBackend
+from .agent.conversation import AgentConfig
+from .agent.server import AgentBackend
 from .app import AppConfig, VoicewsApp
-from .engines import engine_factory
+from .engines import BUNDLED_VOICE, engine_factory
 from .protocol import REALTIME_PATH
-from .session import AgentConfig, SessionConfig
+from .session import SessionConfig
 from .transport import BoundedWebSocketProtocol, TransportLimits, TransportPolicy, http_protocol
 from .worker import ComputeWorker
+
+if TYPE_CHECKING:
+    from .wyoming import WyomingServer
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,6 +54,9 @@ class ServerConfig:
     ping_timeout: float = 20.0
     drain_timeout: float = 30.0
     """On shutdown, how long live turns may take to finish."""
+    max_sessions: int = 64
+    """Concurrent sessions, speech requests included; more are refused (HTTP 503). Each
+    session is told it in ``session_created.limits``."""
     request_timeout: float = 10.0
     """Seconds a request head (a WebSocket handshake too) may take to arrive, and then a
     speech request's body: silent and trickling connections are closed (408)."""
@@ -61,6 +68,9 @@ class ServerConfig:
     agent_model: str | None = None
     """Agent mode: an mlx-lm model directory, repo id or ``.gguf`` that writes the replies to
     ``user_message``; it shares the compute worker (and the GPU) with speech."""
+    wyoming_uri: str | None = None
+    """``tcp://HOST:PORT``: also serve Wyoming (Home Assistant) text to speech there, through
+    the same sessions and worker (``voicews.wyoming``; needs the ``wyoming`` package)."""
 
 
 class _Embedded(uvicorn.Server):
@@ -79,6 +89,7 @@ class VoicewsServer:
             engine_factory(config.engine, config.voice, lanes), lanes=lanes
         )
         self.app: VoicewsApp | None = None
+        self.wyoming: WyomingServer | None = None
         self._uvicorn: _Embedded | None = None
         self._task: asyncio.Task[None] | None = None
         self._socket: socket.socket | None = None
@@ -86,7 +97,7 @@ class VoicewsServer:
     async def start(self) -> None:
         logs.redact_secrets()
         await asyncio.to_thread(self.worker.start)
-        voice = self.config.voice or "en_US-joe-medium"
+        voice = self.config.voice or BUNDLED_VOICE
         session = self.config.session
         agent = None
         if self.config.agent_model is not None:
@@ -100,6 +111,7 @@ class VoicewsServer:
                 session=session,
                 access=access,
                 voice_name=voice.rpartition("/")[2].removesuffix(".onnx"),
+                max_sessions=self.config.max_sessions,
                 request_timeout=self.config.request_timeout,
             ),
             self.worker,
@@ -107,12 +119,19 @@ class VoicewsServer:
         )
         limits = TransportLimits(
             head_timeout=self.config.request_timeout,
-            max_connections=self.config.max_connections or 4 * session.max_sessions,
+            max_connections=self.config.max_connections or 4 * self.config.max_sessions,
         )
 
         def dropped(reason: str) -> None:
             app.metrics.connections_dropped.labels(reason).inc()
 
+        if self.config.wyoming_uri is not None:
+            from .wyoming import WyomingServer
+
+            self.wyoming = WyomingServer(
+                self.app, self.config.wyoming_uri, self.config.voice, self.config.socket_send_buffer
+            )
+            await self.wyoming.start()
         config = uvicorn.Config(
             app,
             http=http_protocol(TransportPolicy(limits, dropped)),
@@ -181,6 +200,8 @@ class VoicewsServer:
             logs.event("draining", sessions=len(self.app.sessions))
             finished = await self.app.drain(self.config.drain_timeout)
             logs.event("drained", all_finished=finished)
+        if self.wyoming is not None:
+            await self.wyoming.close()
         if self._uvicorn is not None and self._task is not None:
             self._uvicorn.should_exit = True
             await self._task

