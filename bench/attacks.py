@@ -1,4 +1,4 @@
-"""A calm session beside each hostile client of ``voicews.attacks``: this checkout against a
+"""A calm session beside each hostile client of ``bench/hostile.py``: this checkout against a
 baseline checkout, side by side in one run.
 
 For each attack and each source, a fresh ``voicews serve`` (its own process, the source's code
@@ -6,7 +6,7 @@ on ``PYTHONPATH``) takes the attack; half a second in, a calm session streams an
 reply at 20 tokens/s. Printed per attack and source, medians over ``--repeats``: the calm
 session's first audio and stall (silence after its first audio, as a real-time listener hears
 it), the server's peak RSS, and the session slots still held two seconds after the attackers
-are gone. The attacking clients always run this checkout's ``voicews.attacks``.
+are gone. The attacking clients always run this checkout's ``bench/hostile.py``.
 
     python bench/attacks.py                                   # this checkout only
     python bench/attacks.py --baseline /tmp/voicews-main      # side by side with another
@@ -32,8 +32,8 @@ from pathlib import Path
 
 from common import source_version
 
-from voicews import attacks
-from voicews.attacks import Calm, alongside
+import hostile
+from hostile import Calm, alongside
 
 HOST = "127.0.0.1"
 Attack = Callable[[int, str], Awaitable[object]]
@@ -60,27 +60,27 @@ class Case:
 
 CASES: dict[str, Case] = {
     "none": Case("-", _nothing),
-    "flood": Case("10.1", _many(4, lambda p, u: attacks.flood_then_reset(HOST, p, 10_000, 3))),
+    "flood": Case("10.1", _many(4, lambda p, u: hostile.flood_then_reset(HOST, p, 10_000, 3))),
     "slow-body": Case(
-        "10.2", _many(4, lambda p, u: attacks.slow_body(HOST, p, 1000, 1.0, 15)), max_sessions=4
+        "10.2", _many(4, lambda p, u: hostile.slow_body(HOST, p, 1000, 1.0, 15)), max_sessions=4
     ),
-    "cjk": Case("10.3", lambda p, u: attacks.speak(u, "你好" * 125)),
-    "cjk-slow": Case("10.3", lambda p, u: attacks.speak(u, "你好" * 125, 0.5), heavy=True),
-    "storm": Case("10.4", lambda p, u: attacks.barge_in_storm(u, 10, 60)),
-    "storm-x4": Case("10.4", _many(4, lambda p, u: attacks.barge_in_storm(u, 10, 60))),
-    "ping-flood": Case("10.5", lambda p, u: attacks.ping_flood(HOST, p, 63, 10)),
+    "cjk": Case("10.3", lambda p, u: hostile.speak(u, "你好" * 125)),
+    "cjk-slow": Case("10.3", lambda p, u: hostile.speak(u, "你好" * 125, 0.5), heavy=True),
+    "storm": Case("10.4", lambda p, u: hostile.barge_in_storm(u, 10, 60)),
+    "storm-x4": Case("10.4", _many(4, lambda p, u: hostile.barge_in_storm(u, 10, 60))),
+    "ping-flood": Case("10.5", lambda p, u: hostile.ping_flood(HOST, p, 63, 10)),
     "idle": Case(
         "10.7",
         lambda p, u: asyncio.gather(
-            *(attacks.silent(HOST, p, 15) for _ in range(16)),
-            *(attacks.slow_head(HOST, p, 1.0, 15) for _ in range(16)),
+            *(hostile.silent(HOST, p, 15) for _ in range(16)),
+            *(hostile.slow_head(HOST, p, 1.0, 15) for _ in range(16)),
         ),
     ),
-    "url-1000": Case("15.3", lambda p, u: attacks.speak(u, "https://example.com/" + "a/" * 490)),
-    "url-3200": Case("15.3", lambda p, u: attacks.speak(u, attacks.LONG_URL), heavy=True),
-    "word": Case("15.3", lambda p, u: attacks.speak(u, "a" * 4000)),
-    "digits": Case("15.3", lambda p, u: attacks.speak(u, "7" * 3600), heavy=True),
-    "http-load": Case("15.4", lambda p, u: attacks.http_speech_load(HOST, p, 32)),
+    "url-1000": Case("15.3", lambda p, u: hostile.speak(u, "https://example.com/" + "a/" * 490)),
+    "url-3200": Case("15.3", lambda p, u: hostile.speak(u, hostile.LONG_URL), heavy=True),
+    "word": Case("15.3", lambda p, u: hostile.speak(u, "a" * 4000)),
+    "digits": Case("15.3", lambda p, u: hostile.speak(u, "7" * 3600), heavy=True),
+    "http-load": Case("15.4", lambda p, u: hostile.http_speech_load(HOST, p, 32)),
 }
 
 
@@ -125,7 +125,7 @@ class Server:
         return int(kib) / 1024
 
     async def sessions(self) -> float:
-        answer = await attacks.raw_request(
+        answer = await hostile.raw_request(
             HOST, self.port, b"GET /metrics HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n"
         )
         for line in answer.decode().splitlines():
@@ -144,7 +144,7 @@ class Run:
 
 async def run_once(source: Path, case: Case) -> Run:
     async with Server(source, case.max_sessions) as server:
-        await attacks.calm_turn(server.url, "Warm up.")  # the voice loaded, the arena seeded
+        await hostile.calm_turn(server.url, "Warm up.")  # the voice loaded, the arena seeded
         start = time.perf_counter()
         try:
             calm, _ = await alongside(server.url, case.attack(server.port, server.url))

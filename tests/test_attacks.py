@@ -1,4 +1,4 @@
-"""Each hostile client of ``voicews.attacks`` against a real server on loopback.
+"""Each hostile client of ``bench/hostile.py`` against a real server on loopback.
 
 One test per point of the hardening issues (10 and 15), scaled down to seconds: the attack
 runs, a calm session speaks alongside where the issue measured one (its first audio and
@@ -16,9 +16,9 @@ from dataclasses import replace
 
 import pytest
 
+import hostile
 from conftest import TEST_CONFIG, http_get, resources, running, timeout
-from voicews import attacks
-from voicews.attacks import alongside
+from hostile import alongside
 from voicews.client import RealtimeClient
 from voicews.errors import ErrorCode
 from voicews.protocol import Error
@@ -62,7 +62,7 @@ async def test_peers_that_flood_without_reading_then_reset_free_their_sessions()
     backpressure), then reset the connection: each session ends at once, not at keepalive."""
     async with running(with_slots(5)) as srv:
         flood = asyncio.gather(
-            *(attacks.flood_then_reset(HOST, srv.port, 10_000, seconds=2) for _ in range(4))
+            *(hostile.flood_then_reset(HOST, srv.port, 10_000, seconds=2) for _ in range(4))
         )
         calm, _ = await alongside(srv.url, flood)
         print(f"10.1 flood then reset, 4 peers: calm session {calm}")
@@ -76,7 +76,7 @@ async def test_peers_that_flood_then_hang_are_dropped_by_keepalive() -> None:
     ping: the keepalive drops them (abort, not a polite close that waits to flush)."""
     async with running(hardened(max_sessions=4)) as srv:
         writers = await asyncio.gather(
-            *(attacks.flood_then_hang(HOST, srv.port, 10_000, seconds=1) for _ in range(3))
+            *(hostile.flood_then_hang(HOST, srv.port, 10_000, seconds=1) for _ in range(3))
         )
         try:
             await until(lambda: slots_back(srv), 5, "10.1 hung peers dropped")
@@ -84,7 +84,7 @@ async def test_peers_that_flood_then_hang_are_dropped_by_keepalive() -> None:
             await until(lambda: len(srv.connections) == 0, 2, "10.1 their connections closed")
         finally:
             for writer in writers:
-                attacks.reset(writer)
+                hostile.reset(writer)
 
 
 def with_slots(sessions: int) -> ServerConfig:
@@ -99,7 +99,7 @@ async def test_slow_request_bodies_hold_no_session_slot() -> None:
     session still gets in, and each trickler gets 408 once the request deadline passes."""
     async with running(hardened(max_sessions=2)) as srv:
         slow = asyncio.gather(
-            *(attacks.slow_body(HOST, srv.port, 1000, interval=0.2, seconds=10) for _ in range(4))
+            *(hostile.slow_body(HOST, srv.port, 1000, interval=0.2, seconds=10) for _ in range(4))
         )
         calm, answers = await alongside(srv.url, slow, delay=0.3)
         print(f"10.2 slow bodies x4 on 2 slots: calm session {calm}")
@@ -115,7 +115,7 @@ async def test_a_text_that_expands_to_minutes_of_audio_does_not_starve_the_calm_
     """250 CJK characters, which this English voice spells out as 85 s of speech, are one
     segment; its synthesis runs in bounded pieces that the calm session's segments overtake."""
     async with running(hardened()) as srv:
-        calm, turn = await alongside(srv.url, attacks.speak(srv.url, "你好" * 125), delay=0.3)
+        calm, turn = await alongside(srv.url, hostile.speak(srv.url, "你好" * 125), delay=0.3)
         print(f"10.3 '你好' x 125: calm session {calm}; the attacker got {turn.duration:.0f} s")
         assert turn.done is not None and turn.duration > 60
         assert calm.first_audio < timeout(3) and calm.stall < timeout(3)
@@ -139,7 +139,7 @@ async def test_a_ping_flood_that_reads_no_pong_is_not_buffered() -> None:
 
         watcher = asyncio.create_task(watch())
         try:
-            flood = attacks.ping_flood(HOST, srv.port, megabytes=32, seconds=3)
+            flood = hostile.ping_flood(HOST, srv.port, megabytes=32, seconds=3)
             calm, sent = await alongside(srv.url, flood, delay=0.3)
         finally:
             watcher.cancel()
@@ -157,12 +157,12 @@ async def test_a_ping_flood_that_reads_no_pong_is_not_buffered() -> None:
 async def test_deeply_nested_json_is_an_invalid_message() -> None:
     async with running(hardened()) as srv, await RealtimeClient.connect(srv.url) as client:
         for depth in (9, 990, 30_000):
-            await client.ws.send(attacks.nested(depth))
+            await client.ws.send(hostile.nested(depth))
             error = await client.recv(timeout(5))
             assert isinstance(error, Error) and error.code == ErrorCode.INVALID_MESSAGE, error
         assert (await client.speak("Still fine.", timeout=timeout(20))).done is not None
         body = json.dumps({"input": "hi", "x": 0}).replace("0", "[" * 100_000 + "]" * 100_000)
-        answer = await attacks.raw_request(HOST, srv.port, post(body.encode()))
+        answer = await hostile.raw_request(HOST, srv.port, post(body.encode()))
         assert answer.startswith(b"HTTP/1.1 400") and b"nested deeper" in answer
 
 
@@ -181,8 +181,8 @@ async def test_silent_and_trickling_connections_are_closed_at_the_request_deadli
         fds = resources().fds
         start = time.monotonic()
         idle = asyncio.gather(
-            *(attacks.silent(HOST, srv.port, seconds=10) for _ in range(8)),
-            *(attacks.slow_head(HOST, srv.port, interval=0.1, seconds=10) for _ in range(8)),
+            *(hostile.silent(HOST, srv.port, seconds=10) for _ in range(8)),
+            *(hostile.slow_head(HOST, srv.port, interval=0.1, seconds=10) for _ in range(8)),
         )
         calm, answers = await alongside(srv.url, idle, delay=0.2)
         took = time.monotonic() - start
@@ -194,11 +194,11 @@ async def test_silent_and_trickling_connections_are_closed_at_the_request_deadli
 
 async def test_connections_over_the_cap_are_refused_at_once() -> None:
     async with running(replace(hardened(), request_timeout=5.0, max_connections=6)) as srv:
-        held = [await attacks.connect(HOST, srv.port) for _ in range(6)]
+        held = [await hostile.connect(HOST, srv.port) for _ in range(6)]
         try:
             await until(lambda: len(srv.connections) == 6, 2, "10.7 six connections open")
             assert metric(srv, "voicews_connections_open") == 6
-            extra = await attacks.raw_request(HOST, srv.port, b"GET /healthz HTTP/1.1\r\n\r\n")
+            extra = await hostile.raw_request(HOST, srv.port, b"GET /healthz HTTP/1.1\r\n\r\n")
             assert extra.startswith(b"HTTP/1.1 503")
             assert metric(srv, "voicews_connections_dropped_total", reason="connection_cap") == 1
         finally:
@@ -213,14 +213,14 @@ async def test_connections_over_the_cap_are_refused_at_once() -> None:
 
 @pytest.mark.parametrize(
     "request_bytes",
-    [*attacks.ambiguous_requests(), attacks.handshake(headers={"X-Folded": "a\r\n\tb"})],
+    [*hostile.ambiguous_requests(), hostile.handshake(headers={"X-Folded": "a\r\n\tb"})],
     ids=["te-and-cl", "obs-fold", "obs-fold-handshake"],
 )
 async def test_ambiguous_framing_is_refused_and_the_connection_closed(
     request_bytes: bytes,
 ) -> None:
     async with running(hardened()) as srv:
-        answer = await attacks.raw_request(HOST, srv.port, request_bytes)  # reads until close
+        answer = await hostile.raw_request(HOST, srv.port, request_bytes)  # reads until close
         assert answer.startswith(b"HTTP/1.1 400"), answer[:100]
         assert metric(srv, "voicews_connections_dropped_total", reason="invalid_request") == 1
 
@@ -233,10 +233,10 @@ async def test_a_rebound_host_is_not_the_servers_own_origin() -> None:
     async with running(replace(hardened(), access=policy)) as srv:
 
         async def status(origin: str, host: str) -> str:
-            request = attacks.handshake(headers={"Origin": origin}).replace(
+            request = hostile.handshake(headers={"Origin": origin}).replace(
                 b"Host: 127.0.0.1", f"Host: {host}".encode()
             )
-            reader, writer = await attacks.connect(HOST, srv.port)
+            reader, writer = await hostile.connect(HOST, srv.port)
             writer.write(request)
             line = await asyncio.wait_for(reader.readline(), timeout(5))
             writer.close()
@@ -254,7 +254,7 @@ async def test_a_rebound_host_is_not_the_servers_own_origin() -> None:
 
 
 LONG_TOKENS = {
-    "url": attacks.LONG_URL,
+    "url": hostile.LONG_URL,
     "word": "a" * 999 + ".",
     "digits": "7" * 600,
     "zwj": "\u200d" * 900 + "done.",
@@ -265,11 +265,12 @@ async def test_long_tokens_cost_what_ordinary_text_costs() -> None:
     """A 3,200-character URL, a 1,000-character word, 600 digits, 900 zero-width joiners:
     each is split (or, for the URL, read shortened), so the calm session keeps speaking and
     the process does not grow past what an ordinary segment's inference takes."""
-    async with running(hardened(session=replace(TEST_CONFIG.session, max_pending_text_chars=4_000))) as srv:
-        await attacks.speak(srv.url, "Warm up the voice with an ordinary sentence or two.")
+    one_backlog = replace(TEST_CONFIG.session, max_pending_text_chars=4_000)
+    async with running(hardened(session=one_backlog)) as srv:
+        await hostile.speak(srv.url, "Warm up the voice with an ordinary sentence or two.")
         before = resources().rss
         for name, text in LONG_TOKENS.items():
-            calm, turn = await alongside(srv.url, attacks.speak(srv.url, text), delay=0.2)
+            calm, turn = await alongside(srv.url, hostile.speak(srv.url, text), delay=0.2)
             grown = (resources().rss - before) / 2**20
             print(f"15.3 {name}: calm session {calm}; {turn.duration:.0f} s; RSS +{grown:.0f} MiB")
             assert turn.done is not None and not turn.errors

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 from websockets.exceptions import InvalidStatus
 
+import hostile
 from conftest import TEST_CONFIG, running, timeout
-from voicews import attacks
 from voicews.access import AccessPolicy
 from voicews.client import RealtimeClient
 from voicews.logs import redact
@@ -67,7 +67,7 @@ async def offer_every_spelling(url: str, port: int) -> None:
     with pytest.raises(InvalidStatus):
         await RealtimeClient.connect(f"{url}?token={URL_SECRET}x")
     body = b'{"input": "Hi."}'
-    answer = await attacks.raw_request(
+    answer = await hostile.raw_request(
         "127.0.0.1",
         port,
         f"POST /v1/audio/speech?token={URL_SECRET} HTTP/1.1\r\nHost: t\r\n"

@@ -10,8 +10,8 @@ import time
 import pytest
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 
+import hostile
 from conftest import free_port, timeout
-from voicews import attacks
 from voicews.client import RealtimeClient, SpokenTurn, word_pieces
 from voicews.errors import CloseCode
 
@@ -75,7 +75,7 @@ async def test_sessions_whose_peer_is_gone_do_not_hold_shutdown() -> None:
         line = await asyncio.wait_for(proc.stdout.readline(), timeout(30))
         assert b"listening on" in line
         await asyncio.gather(
-            *(attacks.flood_then_reset("127.0.0.1", port, 30_000, seconds=3) for _ in range(3))
+            *(hostile.flood_then_reset("127.0.0.1", port, 30_000, seconds=3) for _ in range(3))
         )
         await asyncio.sleep(0.5)
         stopping = time.monotonic()

@@ -1,5 +1,5 @@
 """A bounded soak: many sessions, many turns, barge-ins, and every hostile client of
-``voicews.attacks`` mixed in; resources must come back flat and every slot free.
+``bench/hostile.py`` mixed in; resources must come back flat and every slot free.
 
 Longer runs with figures: ``python bench/soak.py --seconds 600``.
 """
@@ -9,9 +9,9 @@ from __future__ import annotations
 import asyncio
 from dataclasses import replace
 
+import hostile
 from conftest import ARENA_SLACK, http_get, resources, running, timeout, tracing_heap, with_session
 from loadtest import soak
-from voicews import attacks
 
 SESSIONS, TURNS = 8, 8  # per phase: 64 conversation turns, a fifth of them barge-ins
 
@@ -35,7 +35,7 @@ async def test_soak_with_attackers_keeps_memory_fds_tasks_and_threads_flat() -> 
                 report, _ = await asyncio.wait_for(
                     asyncio.gather(
                         soak(srv.url, SESSIONS, turns=TURNS, seed=100 * phase),
-                        attacks.mix("127.0.0.1", srv.port),
+                        hostile.mix("127.0.0.1", srv.port),
                     ),
                     timeout(180),
                 )

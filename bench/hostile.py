@@ -1,7 +1,8 @@
 """Hostile clients, and a calm session to measure what each costs the others.
 
 The hardening tests, the soak test and ``bench/attacks.py`` throw these at a server on
-loopback; point them at a deployment to check that it holds. Each attack is a coroutine
+loopback; point them at a deployment to check that it holds. Test and bench code only: nothing
+in ``voicews/`` imports it. Each attack is a coroutine
 against ``host:port`` that returns when the attacker is done (or gone); :func:`calm_turn`
 speaks an ordinary reply alongside and reports its first audio and its stall.
 
@@ -26,8 +27,8 @@ from typing import TypeVar
 
 from websockets.frames import Frame, Opcode
 
-from .client import RealtimeClient, SpokenTurn
-from .protocol import REALTIME_PATH, Error
+from voicews.client import RealtimeClient, SpokenTurn
+from voicews.protocol import REALTIME_PATH, Error
 
 T = TypeVar("T")
 
