@@ -57,6 +57,20 @@ def parser() -> argparse.ArgumentParser:
         help="seconds live turns may take to finish on SIGTERM",
     )
     serve.add_argument(
+        "--request-timeout",
+        type=float,
+        default=DEFAULTS.request_timeout,
+        help="seconds a request head (a WebSocket handshake too), then a speech request's "
+        "body, may take to arrive; then 408 and the connection is closed",
+    )
+    serve.add_argument(
+        "--max-connections",
+        type=int,
+        default=DEFAULTS.max_connections,
+        help="open connections at once, HTTP and WebSocket together; past it 503 and the "
+        "connection is closed (default: 4 per session slot)",
+    )
+    serve.add_argument(
         "--agent-model",
         metavar="PATH_OR_REPO",
         help="agent mode: an mlx-lm model (dir, repo id or .gguf; 'smollm2' for the bundled "
@@ -100,6 +114,8 @@ def serve_config(args: argparse.Namespace) -> ServerConfig:
         lanes=args.lanes,
         drain_timeout=args.drain_timeout,
         max_sessions=args.max_sessions,
+        request_timeout=args.request_timeout,
+        max_connections=args.max_connections,
         agent_model=_agent_model(args.agent_model),
         wyoming_uri=args.wyoming_uri,
         session=replace(DEFAULTS.session, idle_flush_ms=args.idle_flush_ms),

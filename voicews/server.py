@@ -117,9 +117,10 @@ class VoicewsServer:
             self.worker,
             agent,
         )
+        connections = self.config.max_connections
         limits = TransportLimits(
             head_timeout=self.config.request_timeout,
-            max_connections=self.config.max_connections or 4 * self.config.max_sessions,
+            max_connections=4 * self.config.max_sessions if connections is None else connections,
         )
 
         def dropped(reason: str) -> None:

@@ -21,7 +21,7 @@ import asyncio
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import h11
 from uvicorn.config import Config
@@ -35,9 +35,11 @@ _H11_MAX_HEAD = 16 * 1024  # h11's own default bound on a request head
 
 @dataclass(frozen=True, slots=True)
 class TransportLimits:
-    head_timeout: float = 10.0
+    """The bounds (``ServerConfig`` holds their defaults)."""
+
+    head_timeout: float
     """Seconds a request head (a WebSocket handshake too) may take to arrive."""
-    max_connections: int = 256
+    max_connections: int
     """Open connections at once, HTTP and WebSocket together."""
 
 
@@ -47,7 +49,7 @@ def _ignore(reason: str) -> None:
 
 @dataclass(frozen=True, slots=True)
 class TransportPolicy:
-    limits: TransportLimits = TransportLimits()
+    limits: TransportLimits
     dropped: Callable[[str], None] = _ignore
     """Told why a connection was dropped: ``connection_cap``, ``head_timeout``,
     ``invalid_request`` (ambiguous framing or a malformed head, answered 400)."""
@@ -72,7 +74,8 @@ class _StrictConnection(h11.Connection):
 class StrictH11Protocol(H11Protocol):
     """uvicorn's HTTP/1.1 with a request-head deadline, a connection cap and strict framing."""
 
-    policy = TransportPolicy()
+    policy: ClassVar[TransportPolicy]
+    """Set by :func:`http_protocol`."""
 
     def __init__(self, config: Config, *args: Any, **kwargs: Any) -> None:
         super().__init__(config, *args, **kwargs)
