@@ -78,12 +78,14 @@ def test_text_that_expands_is_synthesized_in_bounded_inferences(
 
 
 def test_speed_divides_each_phonemes_duration(engine: PiperEngine) -> None:
-    """What ``speed`` means (README, PROTOCOL.md): Piper's length scale, divided by it. Every
-    phoneme and the pause after it lasts at least one frame (11.6 ms), rounded up, so the
-    audio shortens by less than the factor: 2.0 gives about 0.63 of the duration, 0.5 about
-    1.8 times it."""
+    """What ``speed`` means (README, PROTOCOL.md): Piper's length scale, divided by it. Each
+    phoneme and the pause after it is rounded up to whole frames (11.6 ms, at least one), so
+    the length changes by less than the factor at both ends: 0.25 gives about 3.6 times the
+    duration, 0.5 1.8 times, 2.0 0.63 times, 4.0 about 0.5 times."""
     text = "Sure, I can help with that. Your order shipped on Monday and should arrive soon."
-    seconds = {speed: sum(audio_chunks(engine, text, speed)) for speed in (0.5, 1.0, 2.0)}
-    slow, fast = seconds[0.5] / seconds[1.0], seconds[2.0] / seconds[1.0]
-    print(f"speed 0.5: {slow:.2f}x the duration, 2.0: {fast:.2f}x")
-    assert 1.7 < slow < 1.95 and 0.55 < fast < 0.7
+    speeds = (0.25, 0.5, 1.0, 2.0, 4.0)
+    seconds = {speed: sum(audio_chunks(engine, text, speed)) for speed in speeds}
+    ratio = {speed: seconds[speed] / seconds[1.0] for speed in speeds}
+    print(", ".join(f"speed {speed}: {ratio[speed]:.2f}x the duration" for speed in speeds))
+    assert 3.2 < ratio[0.25] < 4.0 and 1.7 < ratio[0.5] < 1.95
+    assert 0.55 < ratio[2.0] < 0.7 and 0.42 < ratio[4.0] < 0.58

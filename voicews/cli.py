@@ -92,7 +92,7 @@ def parser() -> argparse.ArgumentParser:
     say.add_argument("text", nargs="?", default="-", help="text, or - to stream stdin")
     say.add_argument("-o", "--output", required=True, help="WAV file to write")
     say.add_argument("--url", default=f"ws://{DEFAULTS.host}:{DEFAULTS.port}{REALTIME_PATH}")
-    say.add_argument("--speed", type=float, help="speaking rate, 0.5 to 2.0")
+    say.add_argument("--speed", type=float, help="speaking rate, 0.25 to 4.0")
     say.add_argument("--tokens-per-s", type=float, help="send the text as word pieces at this rate")
 
     convert = commands.add_parser(
