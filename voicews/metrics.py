@@ -32,7 +32,8 @@ class Metrics:
         )
         self.connections_dropped = Counter(
             "voicews_connections_dropped",
-            "Connections closed without serving a request: over the cap, head too slow, invalid",
+            "Connections closed for breaking a bound: over the cap, a head (or Wyoming event) "
+            "too slow, invalid framing",
             ["reason"],
             registry=r,
         )
@@ -57,7 +58,7 @@ class Metrics:
             lambda: len(sessions)
         )
         self._connections = Gauge(
-            "voicews_connections_open", "Open connections, HTTP and WebSocket", registry=r
+            "voicews_connections_open", "Open connections, HTTP, WebSocket and Wyoming", registry=r
         )
         Gauge(
             "voicews_pending_audio_seconds", "Audio queued for sockets, all sessions", registry=r

@@ -89,6 +89,7 @@ class VoicewsServer:
             engine_factory(config.engine, config.voice, lanes), lanes=lanes
         )
         self.app: VoicewsApp | None = None
+        self.policy: TransportPolicy | None = None
         self.wyoming: WyomingServer | None = None
         self._uvicorn: _Embedded | None = None
         self._task: asyncio.Task[None] | None = None
@@ -121,21 +122,27 @@ class VoicewsServer:
         limits = TransportLimits(
             head_timeout=self.config.request_timeout,
             max_connections=4 * self.config.max_sessions if connections is None else connections,
+            write_timeout=self.config.ping_interval + self.config.ping_timeout,
         )
 
         def dropped(reason: str) -> None:
             app.metrics.connections_dropped.labels(reason).inc()
 
+        policy = self.policy = TransportPolicy(limits, dropped, self.open_connections)
         if self.config.wyoming_uri is not None:
             from .wyoming import WyomingServer
 
             self.wyoming = WyomingServer(
-                self.app, self.config.wyoming_uri, self.config.voice, self.config.socket_send_buffer
+                self.app,
+                self.config.wyoming_uri,
+                policy,
+                self.config.voice,
+                self.config.socket_send_buffer,
             )
             await self.wyoming.start()
         config = uvicorn.Config(
             app,
-            http=http_protocol(TransportPolicy(limits, dropped)),
+            http=http_protocol(policy),
             ws=BoundedWebSocketProtocol,
             lifespan="off",
             # Frames past our own limit get a typed error; only absurd ones close the socket.
@@ -148,7 +155,7 @@ class VoicewsServer:
             timeout_graceful_shutdown=5,
         )
         self._uvicorn = _Embedded(config)
-        app.metrics.track_connections(lambda: len(self.connections))
+        app.metrics.track_connections(self.open_connections)
         self._task = asyncio.create_task(self._uvicorn.serve(sockets=[self._socket]))
         while not self._uvicorn.started:
             if self._task.done():
@@ -164,10 +171,16 @@ class VoicewsServer:
 
     @property
     def connections(self) -> set[Any]:
-        """The open connections (uvicorn's protocol objects, each with its ``transport``)."""
+        """The open HTTP and WebSocket connections (uvicorn's protocol objects, each with its
+        ``transport``)."""
         assert self._uvicorn is not None
         connections: set[Any] = self._uvicorn.server_state.connections
         return connections
+
+    def open_connections(self) -> int:
+        """HTTP, WebSocket and Wyoming: what the connection cap counts."""
+        web = len(self.connections) if self._uvicorn is not None else 0
+        return web + (self.wyoming.open_connections if self.wyoming is not None else 0)
 
     def _listen(self) -> socket.socket:
         family = socket.AF_INET6 if ":" in self.config.host else socket.AF_INET

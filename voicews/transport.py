@@ -38,21 +38,24 @@ class TransportLimits:
     """The bounds (``ServerConfig`` holds their defaults)."""
 
     head_timeout: float
-    """Seconds a request head (a WebSocket handshake too) may take to arrive."""
+    """Seconds a request head (a WebSocket handshake too) may take to arrive; and a Wyoming
+    event, from its first byte."""
     max_connections: int
-    """Open connections at once, HTTP and WebSocket together."""
-
-
-def _ignore(reason: str) -> None:
-    pass
+    """Open connections at once, HTTP, WebSocket and Wyoming together."""
+    write_timeout: float
+    """Seconds a Wyoming peer may leave what we send it unread before it counts as gone
+    (a WebSocket peer has the keepalive ping for that)."""
 
 
 @dataclass(frozen=True, slots=True)
 class TransportPolicy:
     limits: TransportLimits
-    dropped: Callable[[str], None] = _ignore
+    dropped: Callable[[str], None]
     """Told why a connection was dropped: ``connection_cap``, ``head_timeout``,
-    ``invalid_request`` (ambiguous framing or a malformed head, answered 400)."""
+    ``invalid_request`` (ambiguous framing or a malformed head, answered 400; a Wyoming line
+    that is not an event, or one over the size limit)."""
+    open_connections: Callable[[], int]
+    """How many are open now, on every listener: what the cap counts."""
 
 
 class _StrictConnection(h11.Connection):
@@ -85,7 +88,7 @@ class StrictH11Protocol(H11Protocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         super().connection_made(transport)  # type: ignore[arg-type]
-        if len(self.connections) > self.policy.limits.max_connections:
+        if self.policy.open_connections() > self.policy.limits.max_connections:
             self.policy.dropped("connection_cap")
             self._answer_and_close(503, "Service Unavailable")
             return

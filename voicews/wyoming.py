@@ -12,6 +12,15 @@ connection may speak several turns, one at a time; each is either
 - one-shot: ``synthesize``, answered with ``audio-start``, ``audio-chunk``*, ``audio-stop``.
 
 A closed connection cancels its synthesis. Wyoming has no authentication and no word timings.
+
+A peer gets the bounds a WebSocket peer gets (:mod:`voicews.transport`), where they apply: its
+connection counts against the connection cap; an event must be whole within the request
+timeout once its first byte is in, and at most ``max_message_bytes`` (the ``wyoming`` package
+reads lines and payloads of any size, for as long as they take, so we read events ourselves);
+the reader stops while the session's outbox is full; and, Wyoming having no ping, a peer that
+leaves what we send unread for ``write_timeout`` is gone, as is one whose host vanished
+(TCP keepalive and a bound on unacknowledged data, on Linux). A peer gone without a close is
+counted in ``voicews_sessions_lost``.
 """
 
 from __future__ import annotations
@@ -23,6 +32,7 @@ import json
 import socket
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit
 
 from wyoming.audio import AudioChunk, AudioStart, AudioStop
@@ -42,7 +52,18 @@ from . import __version__, logs
 from .app import VoicewsApp
 from .driver import SessionDriver
 from .engines.piper import bundled_voice
-from .protocol import AudioFrame, ClientMessage, EndText, Error, TextDelta, TurnDone, TurnReset
+from .protocol import (
+    MAX_JSON_DEPTH,
+    AudioFrame,
+    ClientMessage,
+    EndText,
+    Error,
+    TextDelta,
+    TurnDone,
+    TurnReset,
+    too_deep,
+)
+from .transport import TransportLimits, TransportPolicy
 
 _WIDTH = 2  # bytes per sample: 16-bit PCM, mono
 _PIPER = Attribution(name="rhasspy", url="https://github.com/rhasspy/piper")
@@ -93,10 +114,12 @@ class WyomingServer:
         self,
         app: VoicewsApp,
         uri: str,
+        policy: TransportPolicy,
         voice: str | None = None,
         socket_send_buffer: int = 128 * 1024,
     ) -> None:
         self.app = app
+        self._policy = policy
         self._host, self._port = parse_uri(uri)
         self._info = describe(Path(voice) if voice is not None else bundled_voice())
         self._send_buffer = socket_send_buffer
@@ -110,7 +133,9 @@ class WyomingServer:
         # Small, as on the WebSocket: a client that stops reading pauses its own synthesis.
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, self._send_buffer)
         sock.bind((self._host, self._port))
-        self._server = await asyncio.start_server(self._accept, sock=sock)
+        # The reader's limit bounds a line: past it, readline raises instead of buffering on.
+        limit = self.app.config.session.max_message_bytes
+        self._server = await asyncio.start_server(self._accept, sock=sock, limit=limit)
         logs.event("listening", url=self.uri, protocol="wyoming")
 
     @property
@@ -118,6 +143,10 @@ class WyomingServer:
         assert self._server is not None
         port: int = self._server.sockets[0].getsockname()[1]
         return port
+
+    @property
+    def open_connections(self) -> int:
+        return len(self._handlers)
 
     @property
     def uri(self) -> str:
@@ -136,7 +165,13 @@ class WyomingServer:
             await self._server.wait_closed()
 
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        handler = WyomingConnection(self.app, self._info, reader, writer)
+        limits = self._policy.limits
+        if self._policy.open_connections() >= limits.max_connections:
+            self._policy.dropped("connection_cap")
+            writer.transport.abort()
+            return
+        _keepalive(writer, limits.write_timeout)
+        handler = WyomingConnection(self.app, self._info, reader, writer, self._policy)
         task = asyncio.create_task(handler.run(), name="voicews wyoming connection")
         self._handlers[task] = handler
         task.add_done_callback(self._handlers.pop)
@@ -148,9 +183,18 @@ class _Turn:
     audio_started: bool = False
 
 
+class _Dropped(Exception):
+    """The peer broke the framing or a bound: the connection closes (``reason`` as the
+    transport's ``dropped`` names it)."""
+
+    def __init__(self, reason: str, detail: str) -> None:
+        super().__init__(detail)
+        self.reason = reason
+
+
 class WyomingConnection(AsyncEventHandler):
-    """One Wyoming client. Events are read one at a time (wyoming's loop); what the session
-    sends back goes out from a task of its own, so reading never waits for synthesis."""
+    """One Wyoming client. Events are read one at a time; what the session sends back goes out
+    from a task of its own, so reading never waits for synthesis."""
 
     def __init__(
         self,
@@ -158,10 +202,14 @@ class WyomingConnection(AsyncEventHandler):
         info: Info,
         reader: asyncio.StreamReader,
         writer: asyncio.StreamWriter,
+        policy: TransportPolicy,
     ) -> None:
         super().__init__(reader, writer)
         self._app = app
         self._info = info
+        self._policy = policy
+        self._limits: TransportLimits = policy.limits
+        self._lost = False
         self._client = _peer(writer)
         self._driver: SessionDriver | None = None
         self._sender: asyncio.Task[None] | None = None
@@ -170,10 +218,81 @@ class WyomingConnection(AsyncEventHandler):
         self._streaming: str | None = None  # the streamed turn whose text is still arriving
 
     async def run(self) -> None:
+        """Serve events until the peer closes, the server stops it, or the peer breaks a
+        bound; its session, if any, ends with it."""
         try:
-            await super().run()
-        except (KeyError, TypeError, ValueError) as exc:  # a line that is not an event
+            while (event := await self._read_event()) is not None:
+                if not await self.handle_event(event) or not await self._room():
+                    break
+        except _Dropped as exc:
+            self._policy.dropped(exc.reason)
             logs.event("error", protocol="wyoming", code="invalid_event", detail=exc)
+        except OSError:  # a reset, or what we sent left unread for write_timeout
+            self._lost = True
+        finally:
+            await self.disconnect()
+            self.writer.close()
+
+    async def _room(self) -> bool:
+        """Wait until the session takes more input (its client reads what it is sent: a
+        client that does not is not read either); False once its sender has ended."""
+        if self._driver is None or self._sender is None:
+            return True
+        room = asyncio.ensure_future(self._driver.room_for_input())
+        try:
+            await asyncio.wait({room, self._sender}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            room.cancel()
+        return not self._sender.done()
+
+    async def _read_event(self) -> Event | None:
+        """The next event; None once the peer or the server closed. Waiting for an event is
+        unbounded (the session's idle timeout ends an idle connection that holds a slot), but
+        from its first byte an event must be whole within ``head_timeout``, and no larger than
+        ``max_message_bytes``."""
+        if not (first := await self.reader.read(1)):
+            return None
+        seconds, limit = self._limits.head_timeout, self._app.config.session.max_message_bytes
+        try:
+            async with asyncio.timeout(seconds):
+                line = first + await self.reader.readline()  # ValueError past the limit
+                if not line.endswith(b"\n"):
+                    return None  # closed mid-line
+                header = _json_object(line)
+                if not isinstance(kind := header["type"], str):
+                    raise TypeError("the event type must be a string")
+                data_length = header.get("data_length") or 0
+                payload_length = header.get("payload_length") or 0
+                if not isinstance(data_length, int) or not isinstance(payload_length, int):
+                    raise ValueError("data_length and payload_length must be integers")
+                if (size := len(line) + data_length + payload_length) > limit:
+                    raise ValueError(f"event of {size} bytes; the limit is {limit}")
+                data = header.get("data") or {}
+                if data_length > 0:
+                    data = {**data, **_json_object(await self.reader.readexactly(data_length))}
+                payload = await self.reader.readexactly(payload_length) if payload_length else None
+                return Event(type=kind, data=data, payload=payload)
+        except TimeoutError:
+            raise _Dropped("head_timeout", f"event not whole within {seconds:g} s") from None
+        except asyncio.IncompleteReadError:
+            return None  # closed mid-event
+        except (KeyError, TypeError, ValueError) as exc:  # not an event: the framing is lost
+            raise _Dropped("invalid_request", f"{type(exc).__name__}: {exc}") from None
+
+    async def write_event(self, event: Event) -> None:
+        """Send ``event``; a peer that leaves it unread for ``write_timeout`` is gone (Wyoming
+        has no ping): the connection is aborted."""
+        try:
+            async with asyncio.timeout(self._limits.write_timeout):
+                await super().write_event(event)
+        except TimeoutError:
+            self._lost = True
+            self.writer.transport.abort()
+            seconds = self._limits.write_timeout
+            raise ConnectionAbortedError(f"peer left our events unread for {seconds:g} s") from None
+        except OSError:
+            self._lost = True  # reset while we wrote
+            raise
 
     async def handle_event(self, event: Event) -> bool:
         try:
@@ -218,7 +337,9 @@ class WyomingConnection(AsyncEventHandler):
             session = self._driver.session
             self._driver.close()
             self._app.close_session(session)
-            logs.event("session_close", session=session.id, protocol="wyoming")
+            if self._lost:
+                self._app.metrics.sessions_lost.inc()
+            logs.event("session_close", session=session.id, protocol="wyoming", lost=self._lost)
 
     def drain(self) -> None:
         """Server shutdown: finish the current turn, refuse new ones, then close."""
@@ -296,6 +417,29 @@ class WyomingConnection(AsyncEventHandler):
 
     async def _refuse(self, code: str, message: str) -> None:
         await self.write_event(WyomingError(text=message, code=code).event())
+
+
+def _json_object(data: bytes) -> dict[str, Any]:
+    text = data.decode()
+    if too_deep(text):
+        raise ValueError(f"JSON nested deeper than {MAX_JSON_DEPTH} levels")
+    value = json.loads(text)
+    if not isinstance(value, dict):
+        raise ValueError("not a JSON object")
+    return value
+
+
+def _keepalive(writer: asyncio.StreamWriter, seconds: float) -> None:
+    """Find a peer whose host vanished without a reset within about ``seconds``: TCP keepalive
+    probes while idle, and a bound on data left unacknowledged (Linux; elsewhere the
+    system's keepalive)."""
+    sock = writer.get_extra_info("socket")
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+    if hasattr(socket, "TCP_USER_TIMEOUT"):
+        probe = max(1, int(seconds / 4))
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE, probe)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPINTVL, probe)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT, int(seconds * 1000))
 
 
 def _peer(writer: asyncio.StreamWriter) -> str | None:
