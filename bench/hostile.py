@@ -177,7 +177,12 @@ async def ping_flood(host: str, port: int, megabytes: float = 20.0, seconds: flo
 
 
 async def slow_body(
-    host: str, port: int, length: int = 1000, interval: float = 1.0, seconds: float = 30.0
+    host: str,
+    port: int,
+    length: int = 1000,
+    interval: float = 1.0,
+    seconds: float = 30.0,
+    response_format: str = "mp3",
 ) -> bytes:
     """``POST /v1/audio/speech`` announcing ``length`` bytes, sending one per ``interval``
     (issue 10.2). Returns what the server answered before it closed (b"" if it never did)."""
@@ -185,7 +190,8 @@ async def slow_body(
     writer.write(
         f"POST /v1/audio/speech HTTP/1.1\r\nHost: t\r\nContent-Length: {length}\r\n\r\n".encode()
     )
-    return await _trickle(reader, writer, b'{"input": "' + b"a" * length, interval, seconds)
+    body = f'{{"response_format": "{response_format}", "input": "'.encode() + b"a" * length
+    return await _trickle(reader, writer, body, interval, seconds)
 
 
 async def slow_head(host: str, port: int, interval: float = 1.0, seconds: float = 30.0) -> bytes:

@@ -20,6 +20,7 @@ import hostile
 from conftest import TEST_CONFIG, http_get, resources, running, timeout
 from hostile import alongside
 from voicews.client import RealtimeClient
+from voicews.encoding import RESPONSE_FORMATS
 from voicews.errors import ErrorCode
 from voicews.protocol import Error
 from voicews.server import ServerConfig, VoicewsServer
@@ -106,6 +107,35 @@ async def test_slow_request_bodies_hold_no_session_slot() -> None:
         assert all(answer.startswith(b"HTTP/1.1 408") for answer in answers), answers
         assert b"request_timeout" in answers[0]
         await until(lambda: slots_back(srv), 2, "10.2 every slot back")
+
+
+async def test_every_response_format_reads_its_body_before_taking_a_slot() -> None:
+    """The body deadline and the slot-after-body rule come before the body is read, so before
+    its format is known: on a server with one slot, one trickled request per format gets 408
+    while the calm session gets in; then each format, its body in two parts within the
+    deadline, holds no slot until the second part and gets its audio."""
+    async with running(hardened(max_sessions=1, max_connections=16)) as srv:
+        slow = asyncio.gather(
+            *(
+                hostile.slow_body(HOST, srv.port, 1000, 0.2, 10, response_format=name)
+                for name in RESPONSE_FORMATS
+            )
+        )
+        calm, answers = await alongside(srv.url, slow, delay=0.3)
+        print(f"10.2 a slow body per format on 1 slot: calm session {calm}")
+        assert all(answer.startswith(b"HTTP/1.1 408") for answer in answers), answers
+        for name in RESPONSE_FORMATS:
+            body = json.dumps({"input": "Hello there.", "response_format": name}).encode()
+            request, half = post(body), len(body) // 2
+            reader, writer = await hostile.connect(HOST, srv.port)
+            writer.write(request[:-half])
+            await asyncio.sleep(0.2)  # within the 0.5 s deadline
+            assert slots_back(srv), name  # still reading its body: no slot held
+            writer.write(request[-half:])
+            answer = await asyncio.wait_for(reader.read(), timeout(30))
+            writer.close()
+            head = answer.partition(b"\r\n\r\n")[0].decode()
+            assert head.startswith("HTTP/1.1 200") and "content-type: audio/" in head, name
 
 
 # --- 10.3: one job's cost ---------------------------------------------------------------------
