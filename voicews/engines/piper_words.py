@@ -20,8 +20,6 @@ from .base import WordStarts
 if TYPE_CHECKING:
     from piper import PiperVoice
 
-BOS, EOS, PAD = "^", "$", "_"
-_ESPEAK = threading.Lock()
 _MARKUP = re.compile(r"\[(?=\[)")  # piper-tts reads [[...]] as raw phonemes
 
 MAX_PHONEMES = 200
@@ -31,6 +29,9 @@ voice spells out, is split, so that one step of the compute worker, and the memo
 inference takes, stay bounded whatever the text. Slower speeds stretch every phoneme and get
 proportionally fewer."""
 _CLAUSE_MARKS = frozenset(",;:")
+
+BOS, EOS, PAD = "^", "$", "_"
+_ESPEAK = threading.Lock()
 
 
 def phonemize(voice: PiperVoice, text: str) -> list[list[str]]:
