@@ -215,8 +215,9 @@ async def test_sessions_count_against_max_sessions() -> None:
 async def test_a_peer_that_stops_reading_or_trickles_an_event_frees_its_slot() -> None:
     """Wyoming has no ping: a peer that leaves our audio unread for ``write_timeout``
     (ping_interval + ping_timeout) is gone, counted as lost; one whose event is not whole
-    within the request timeout is dropped. Either way its session ends and its slot is free,
-    in about those bounds (before: when the turn ran out, then the idle timeout, 15 min)."""
+    within the request timeout, or too large, is dropped. Either way its session ends and its
+    slot is free, in about those bounds (before: when the turn ran out, then the idle
+    timeout, 15 min)."""
     config = replace(
         TEST_CONFIG,
         wyoming_uri="tcp://127.0.0.1:0",
@@ -241,6 +242,11 @@ async def test_a_peer_that_stops_reading_or_trickles_an_event_frees_its_slot() -
                     await asyncio.sleep(0.01)
             assert srv.open_connections() == 2  # Wyoming connections count toward the cap
             assert await asyncio.wait_for(trickler.read(), timeout(5)) == b""  # closed
+            # An event that announces more than a whole turn's text is refused before it is read.
+            huge, huge_writer = await asyncio.open_connection("127.0.0.1", srv.wyoming.port)
+            huge_writer.write(b'{"type": "synthesize", "data_length": 100000000}\n')
+            assert await asyncio.wait_for(huge.read(), timeout(5)) == b""
+            huge_writer.close()
             async with asyncio.timeout(timeout(15)):
                 while srv.app.sessions:
                     await asyncio.sleep(0.02)
@@ -251,6 +257,7 @@ async def test_a_peer_that_stops_reading_or_trickles_an_event_frees_its_slot() -
         metric = srv.app.metrics.registry.get_sample_value
         assert metric("voicews_sessions_lost_total") == 1
         assert metric("voicews_connections_dropped_total", {"reason": "head_timeout"}) == 1
+        assert metric("voicews_connections_dropped_total", {"reason": "invalid_request"}) == 1
         assert srv.open_connections() == 0
 
 

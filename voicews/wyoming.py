@@ -15,7 +15,7 @@ A closed connection cancels its synthesis. Wyoming has no authentication and no 
 
 A peer gets the bounds a WebSocket peer gets (:mod:`voicews.transport`), where they apply: its
 connection counts against the connection cap; an event must be whole within the request
-timeout once its first byte is in, and at most ``max_message_bytes`` (the ``wyoming`` package
+timeout once its first byte is in, and at most :func:`max_event_bytes` (the ``wyoming`` package
 reads lines and payloads of any size, for as long as they take, so we read events ourselves);
 the reader stops while the session's outbox is full; and, Wyoming having no ping, a peer that
 leaves what we send unread for ``write_timeout`` is gone, as is one whose host vanished
@@ -63,6 +63,7 @@ from .protocol import (
     TurnReset,
     too_deep,
 )
+from .session import SessionConfig
 from .transport import TransportLimits, TransportPolicy
 
 _WIDTH = 2  # bytes per sample: 16-bit PCM, mono
@@ -134,7 +135,7 @@ class WyomingServer:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, self._send_buffer)
         sock.bind((self._host, self._port))
         # The reader's limit bounds a line: past it, readline raises instead of buffering on.
-        limit = self.app.config.session.max_message_bytes
+        limit = max_event_bytes(self.app.config.session)
         self._server = await asyncio.start_server(self._accept, sock=sock, limit=limit)
         logs.event("listening", url=self.uri, protocol="wyoming")
 
@@ -249,10 +250,10 @@ class WyomingConnection(AsyncEventHandler):
         """The next event; None once the peer or the server closed. Waiting for an event is
         unbounded (the session's idle timeout ends an idle connection that holds a slot), but
         from its first byte an event must be whole within ``head_timeout``, and no larger than
-        ``max_message_bytes``."""
+        :func:`max_event_bytes`."""
         if not (first := await self.reader.read(1)):
             return None
-        seconds, limit = self._limits.head_timeout, self._app.config.session.max_message_bytes
+        seconds, limit = self._limits.head_timeout, max_event_bytes(self._app.config.session)
         try:
             async with asyncio.timeout(seconds):
                 line = first + await self.reader.readline()  # ValueError past the limit
@@ -417,6 +418,12 @@ class WyomingConnection(AsyncEventHandler):
 
     async def _refuse(self, code: str, message: str) -> None:
         await self.write_event(WyomingError(text=message, code=code).event())
+
+
+def max_event_bytes(config: SessionConfig) -> int:
+    """The largest event taken: a one-shot ``synthesize`` carries a whole turn's text, so
+    ``max_turn_text_chars`` of UTF-8 (four bytes each at most) besides a message's worth."""
+    return config.max_message_bytes + 4 * config.max_turn_text_chars
 
 
 def _json_object(data: bytes) -> dict[str, Any]:
