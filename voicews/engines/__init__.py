@@ -8,13 +8,36 @@ from .base import Engine, SynthesisOptions
 
 ENGINES: dict[str, str] = {"piper": "voicews.engines.piper:PiperEngine"}
 ENGINES["mlx-piper"] = "voicews.engines.mlx_piper:MlxPiperEngine"
+ENGINES["kokoro"] = "voicews.engines.kokoro:KokoroEngine"
+
+KOKORO_ENGINES = frozenset({"kokoro"})
+"""Engines that speak Kokoro's shipped voices (``voicews.engines.kokoro.assets``)."""
+PIPER_DEFAULT_VOICE = "en_US-joe-medium"
+
+
+def engine_voices(name: str, voice: str | None = None) -> tuple[str, ...]:
+    """The voices a session may choose (``SynthesisOptions.voice``), the server's default
+    first; a ValueError naming the choices for an unknown engine or voice, at startup.
+
+    A Piper engine speaks the one voice it was started with, named after its file."""
+    if name not in ENGINES:
+        raise ValueError(f"unknown engine {name!r}; choose from {', '.join(ENGINES)}")
+    if name in KOKORO_ENGINES:
+        from .kokoro.assets import DEFAULT_VOICE, voices
+
+        default, shipped = voice or DEFAULT_VOICE, voices()
+        if default not in shipped:
+            raise ValueError(f"unknown Kokoro voice {default!r}; choose from {', '.join(shipped)}")
+        return (default, *(v for v in shipped if v != default))
+    if voice is None:
+        return (PIPER_DEFAULT_VOICE,)
+    return (voice.replace("\\", "/").rpartition("/")[2].removesuffix(".onnx"),)
 
 
 def engine_factory(name: str, voice: str | None = None, lanes: int = 1) -> Callable[[], Engine]:
     """A zero-argument constructor, so the compute worker can build the engine on its thread;
     an engine that runs on several lanes at once is told how many, to size its threads."""
-    if name not in ENGINES:
-        raise ValueError(f"unknown engine {name!r}; choose from {', '.join(ENGINES)}")
+    engine_voices(name, voice)
     module_name, _, class_name = ENGINES[name].partition(":")
 
     def build() -> Engine:
@@ -27,4 +50,4 @@ def engine_factory(name: str, voice: str | None = None, lanes: int = 1) -> Calla
     return build
 
 
-__all__ = ["ENGINES", "Engine", "SynthesisOptions", "engine_factory"]
+__all__ = ["ENGINES", "Engine", "SynthesisOptions", "engine_factory", "engine_voices"]

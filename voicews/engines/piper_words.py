@@ -18,12 +18,13 @@ if TYPE_CHECKING:
     from piper import PiperVoice
 
 BOS, EOS, PAD = "^", "$", "_"
-_ESPEAK = threading.Lock()
+ESPEAK_LOCK = threading.Lock()
+"""espeak-ng keeps global state (its voice, its buffers): every caller in voicews holds this."""
 
 
 def phonemize(voice: PiperVoice, text: str) -> list[list[str]]:
     """Piper's phonemes per sentence. espeak-ng keeps global state: one caller at a time."""
-    with _ESPEAK:
+    with ESPEAK_LOCK:
         return voice.phonemize(text)
 
 
