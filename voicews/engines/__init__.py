@@ -9,8 +9,9 @@ from .base import Engine, SynthesisOptions
 ENGINES: dict[str, str] = {"piper": "voicews.engines.piper:PiperEngine"}
 ENGINES["mlx-piper"] = "voicews.engines.mlx_piper:MlxPiperEngine"
 ENGINES["kokoro"] = "voicews.engines.kokoro:KokoroEngine"
+ENGINES["mlx-kokoro"] = "voicews.engines.kokoro.mlx_engine:MlxKokoroEngine"
 
-KOKORO_ENGINES = frozenset({"kokoro"})
+KOKORO_ENGINES = frozenset({"kokoro", "mlx-kokoro"})
 """Engines that speak Kokoro's shipped voices (``voicews.engines.kokoro.assets``)."""
 PIPER_DEFAULT_VOICE = "en_US-joe-medium"
 
