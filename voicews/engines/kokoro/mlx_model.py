@@ -401,6 +401,12 @@ class Stft:
         safe = mx.where(real == 0, 1.0, real)
         angle = mx.where(real == 0, mx.sign(imag) * (math.pi / 2), mx.arctan(imag / safe))
         angle = mx.where(real < 0, mx.where(imag > 0, angle + math.pi, angle - math.pi), angle)
+        # DC and Nyquist have no imaginary part: PyTorch's angle (as trained) is pi for a
+        # negative real part, and onnxruntime's DFT rounding mostly lands there too; the
+        # export's formula would give -pi for an exact zero. Measured: -1.7 dB of level at -pi.
+        edges = mx.where(real < 0, math.pi, 0.0)
+        column = mx.arange(real.shape[1])
+        angle = mx.where((column == 0) | (column == real.shape[1] - 1), edges, angle)
         return mx.concatenate([mx.sqrt(real * real + imag * imag), angle], axis=1)
 
     def inverse(self, spec: mx.array) -> mx.array:
