@@ -421,7 +421,7 @@ class _Recording:
         yield from self.inner.synthesize(text, options)
 
 
-SPOKEN = "Hi there."
+SPOKEN = "Hi."
 
 
 @pytest.fixture(scope="module")

@@ -449,7 +449,15 @@ class Generator:
         self.conv_post = _conv(w, f"{g}.conv_post", matmul)
 
     def __call__(self, x: mx.array, style: mx.array, f0: mx.array) -> mx.array:
-        harmonics = self.stft.magnitude_phase(self.source(f0))
+        return self.stft.inverse(self.spectrum(x, style, self.harmonics(f0)))
+
+    def harmonics(self, f0: mx.array) -> mx.array:
+        """The harmonic source's magnitudes and phases, ``(120 * frames + 1, 22)``."""
+        return self.stft.magnitude_phase(self.source(f0))
+
+    def spectrum(self, x: mx.array, style: mx.array, harmonics: mx.array) -> mx.array:
+        """Two upsamplings (x10, x6) with residual blocks, driven by the harmonics: the log
+        magnitudes and phases the inverse STFT turns into audio."""
         for i, (up, noise_conv, noise_res, blocks) in enumerate(
             zip(self.ups, self.noise_convs, self.noise_res, self.resblocks, strict=True)
         ):
@@ -461,7 +469,7 @@ class Generator:
             for block in blocks[1:]:
                 total = total + block(x, style)
             x = total * (1.0 / len(blocks))
-        return self.stft.inverse(self.conv_post(leaky_relu(x, 0.01)))
+        return self.conv_post(leaky_relu(x, 0.01))
 
 
 class Decoder:
@@ -477,13 +485,17 @@ class Decoder:
         self.generator = Generator(w, matmul)
 
     def __call__(self, asr: mx.array, f0: mx.array, n: mx.array, style: mx.array) -> mx.array:
+        return self.generator(self.hidden(asr, f0, n, style), style, f0)
+
+    def hidden(self, asr: mx.array, f0: mx.array, n: mx.array, style: mx.array) -> mx.array:
+        """The generator's input, ``(2 * frames, 512)``: text features with F0 and energy."""
         f0_frames = self.f0_conv(f0[:, None])
         n_frames = self.n_conv(n[:, None])
         x = self.encode(mx.concatenate([asr, f0_frames, n_frames], axis=1), style)
         residual = mx.concatenate([self.asr_res(asr), f0_frames, n_frames], axis=1)
         for block in self.decode:
             x = block(mx.concatenate([x, residual], axis=1), style)
-        return self.generator(x, style, f0)
+        return x
 
 
 @dataclass(frozen=True)
