@@ -7,7 +7,8 @@ For one text (``--text``, default a two-sentence agent reply), on each MLX devic
   the text encoder, then the decoder's frame-rate blocks, the harmonic source and its STFT,
   the generator (two upsamplings and twelve residual blocks at 800 and 4,800 frames per
   second of audio) and the inverse STFT; the decoder's multiply-adds per second of audio and
-  the rate each component reaches;
+  the rate the decoder reaches, and the decoder on 16 frames with its convolutions as one
+  matmul per kernel tap (the CPU default) and as MLX's own ``conv1d``;
 - the whole engine's real-time factor (compute seconds per second of audio) and CPU seconds
   per second of audio, against ``--engine kokoro`` (onnxruntime, int8) on the same text.
 
@@ -143,6 +144,21 @@ def piece(model: Kokoro, tokens: list[int], row: mx.array, add: Callable[..., An
     add("inverse_stft", lambda: g.stft.inverse(spectrum))
 
 
+def conv_ways(
+    weights: dict[str, mx.array], tokens: list[int], row: mx.array, repeats: int
+) -> dict[str, float]:
+    """The decoder on (at most) 16 frames of ``tokens``, with one matmul per kernel tap and
+    with MLX's own ``conv1d``: seconds each."""
+    ways = {"matmul_per_tap": Kokoro(weights, matmul=True), "conv1d": Kokoro(weights, matmul=False)}
+    prosody = ways["matmul_per_tap"].prosody(tokens, row)
+    frames = min(16, int(prosody.asr.shape[0]))
+    asr, f0, n = prosody.asr[:frames], prosody.f0[: 2 * frames], prosody.n[: 2 * frames]
+    out = {}
+    for name, model in ways.items():
+        out[name] = best(evaluated(lambda m=model: m.decoder(asr, f0, n, row[:128])), repeats)[0]
+    return out
+
+
 def engine_run(engine: Any, text: str, voice: str, repeats: int) -> dict[str, float]:
     """Wall and CPU seconds of a whole ``synthesize`` (best of ``repeats``), and audio seconds."""
     runs = []
@@ -196,12 +212,15 @@ def main() -> None:
         whole = engine_run(MlxKokoroEngine(args.voice), text, args.voice, args.repeats)
         audio = whole["audio_seconds"]
         decoder_s = parts["decoder_frames"] + parts["generator"] + parts["inverse_stft"]
+        first = pieces[0]
+        convs = conv_ways(weights, first, mx.array(style(pack, len(first) - 2)[0]), args.repeats)
         row = {
             "device": name,
             "conv": "matmul per tap" if device == mx.cpu else "native conv1d",
             "components_s": parts,
             "components_share": {k: v / sum(parts.values()) for k, v in parts.items()},
             "decoder_gmac_per_s": macs * audio * SAMPLE_RATE / 600 / 1e9 / decoder_s,
+            "decoder_16_frames_s": convs,
             "whole": whole,
             "rtf_over_onnxruntime": whole["rtf"] / ort["rtf"],
         }
@@ -213,6 +232,10 @@ def main() -> None:
         print(
             f"  decoder: {report['decoder_gmac_per_audio_second']:.1f} GMAC per audio second, "
             f"{row['decoder_gmac_per_s']:.2f} GMAC/s reached"
+        )
+        print(
+            f"  decoder on 16 frames: {convs['matmul_per_tap']:.2f} s with a matmul per tap, "
+            f"{convs['conv1d']:.2f} s with MLX's conv1d"
         )
         print(
             f"  whole engine: RTF {whole['rtf']:.2f}, CPU s per audio s {whole['cpu_rtf']:.2f}, "
