@@ -23,12 +23,10 @@ import numpy as np
 import numpy.typing as npt
 
 from ..mlx_piper.model import Conv, Upsample, default_use_matmul, leaky_relu
+from .assets import SAMPLE_RATE
 
 Weights = dict[str, mx.array]
 
-SAMPLE_RATE = 24_000
-FRAME_SAMPLES = 600
-"""Audio samples per predicted frame (the duration unit)."""
 _HARMONICS = 9
 _SINE_AMP = 0.1
 _VOICED_THRESHOLD = 10.0
@@ -38,13 +36,10 @@ _UPSAMPLE = 300
 """F0 samples per F0 value: F0 runs at twice the frame rate."""
 
 
-def _conv(
-    w: Weights, module: str, matmul: bool, *, padding: int | None = None, dilation: int = 1
-) -> Conv:
-    """A stride-1 convolution with 'same' padding unless told otherwise."""
+def _conv(w: Weights, module: str, matmul: bool, *, dilation: int = 1) -> Conv:
+    """A stride-1 convolution with 'same' padding (every one of Kokoro's has an odd kernel)."""
     weight = w[f"{module}.weight"]
-    kernel = int(weight.shape[1])
-    pad = dilation * (kernel - 1) // 2 if padding is None else padding
+    pad = dilation * (int(weight.shape[1]) - 1) // 2
     return Conv(
         weight,
         w.get(f"{module}.bias"),
@@ -95,6 +90,8 @@ def layer_norm(x: mx.array, weight: mx.array, bias: mx.array, eps: float) -> mx.
 
 
 class Linear:
+    """``x @ W.T + b``, with ``W.T`` made contiguous once."""
+
     def __init__(self, w: Weights, module: str) -> None:
         self.weight_t = mx.array(np.ascontiguousarray(np.asarray(w[f"{module}.weight"]).T))
         self.bias = w.get(f"{module}.bias")
@@ -306,6 +303,7 @@ class Predictor:
         return mx.sigmoid(self.duration_proj(self.lstm(features))).sum(axis=1)
 
     def f0_n(self, frames: mx.array, style: mx.array) -> tuple[mx.array, mx.array]:
+        """F0 (Hz) and energy, two values per frame, from the features expanded to frames."""
         x = self.shared(frames)
         f0, n = x, x
         for block in self.f0:
@@ -530,7 +528,5 @@ class Kokoro:
         return Prosody(durations=frames, asr=self.text_encoder(ids)[index], f0=f0, n=n)
 
     def decode(self, prosody: Prosody, style: mx.array) -> mx.array:
+        """The utterance's audio, 600 samples per frame (a lazy array: evaluate it)."""
         return self.decoder(prosody.asr, prosody.f0, prosody.n, style[:128])
-
-    def __call__(self, tokens: list[int], style: mx.array, speed: float = 1.0) -> mx.array:
-        return self.decode(self.prosody(tokens, style, speed), style)
