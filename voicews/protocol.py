@@ -269,6 +269,12 @@ def parse_client_message(data: str | bytes) -> ClientMessage:
         )
     try:
         obj = json.loads(data)
+        if "\\u" in data:  # an escaped unpaired surrogate is JSON, but no text: refuse it here
+            json.dumps(obj, ensure_ascii=False).encode()
+    except UnicodeEncodeError:
+        raise VoicewsError(
+            ErrorCode.INVALID_MESSAGE, "an unpaired UTF-16 surrogate (\\uD800-\\uDFFF) is not text"
+        ) from None
     except ValueError as exc:
         raise VoicewsError(ErrorCode.INVALID_JSON, f"not valid JSON: {exc}") from None
     if not isinstance(obj, dict):
