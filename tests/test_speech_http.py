@@ -47,7 +47,7 @@ async def chunks(reader: asyncio.StreamReader) -> list[tuple[float, bytes]]:
 
 
 async def test_wav_streams_before_the_text_is_all_synthesized(server: VoicewsServer) -> None:
-    body = json.dumps({"model": "tts-1", "voice": "alloy", "input": TEXT}).encode()
+    body = json.dumps({"model": "tts-1", "voice": "en_US-joe-medium", "input": TEXT}).encode()
     jobs_before = server.worker.stats.jobs_done
     status, headers, reader, writer = await post(server.port, body)
     assert status == 200
@@ -92,6 +92,8 @@ async def test_bad_requests_get_clear_errors(server: VoicewsServer) -> None:
         (b'{"input": "hi", "response_format": "mp3"}', 400, b"response_format"),
         (b'{"input": "hi", "speed": 9}', 400, b"speed"),
         (json.dumps({"input": "x" * 9000}).encode(), 413, b"characters"),
+        # a voice this server does not have: refused, naming the one it has
+        (b'{"input": "hi", "voice": "alloy"}', 400, b"'alloy'; choose from en_US-joe-medium"),
     ]
     for body, expected, mention in cases:
         status, _, reader, writer = await post(server.port, body)

@@ -15,7 +15,7 @@ from dataclasses import replace
 
 from .access import TOKENS_ENV, AccessPolicy, load_tokens
 from .client import RealtimeClient
-from .engines import ENGINES
+from .engines import ENGINES, engine_voices
 from .protocol import REALTIME_PATH
 from .server import ServerConfig, VoicewsServer
 from .session import SessionConfig
@@ -29,7 +29,11 @@ def main(argv: list[str] | None = None) -> None:
     serve.add_argument("--host", default="127.0.0.1")
     serve.add_argument("--port", type=int, default=8765)
     serve.add_argument("--engine", choices=sorted(ENGINES), default="piper")
-    serve.add_argument("--voice", help="Piper voice .onnx (default: bundled en_US-joe-medium)")
+    serve.add_argument(
+        "--voice",
+        help="piper engines: a voice .onnx (default: the bundled en_US-joe-medium); kokoro: a "
+        "shipped voice name (default af_heart), the session may choose another",
+    )
     serve.add_argument(
         "--lanes",
         type=int,
@@ -68,6 +72,7 @@ def main(argv: list[str] | None = None) -> None:
     say.add_argument("-o", "--output", required=True, help="WAV file to write")
     say.add_argument("--url", default=f"ws://127.0.0.1:8765{REALTIME_PATH}")
     say.add_argument("--speed", type=float, help="speaking rate, 0.5 to 2.0")
+    say.add_argument("--voice", help="one of the server's voices (its session_created lists them)")
     say.add_argument("--tokens-per-s", type=float, help="send the text as word pieces at this rate")
 
     convert = commands.add_parser(
@@ -86,6 +91,10 @@ def main(argv: list[str] | None = None) -> None:
             convert.error(str(exc))
         return
     if args.command == "serve":
+        try:
+            engine_voices(args.engine, args.voice)
+        except ValueError as exc:
+            serve.error(str(exc))
         logging.basicConfig(
             level=args.log_level, format="%(asctime)s level=%(levelname)s %(message)s"
         )
@@ -132,8 +141,8 @@ async def _serve(config: ServerConfig) -> None:
 
 async def _say(args: argparse.Namespace) -> int:
     async with await RealtimeClient.connect(args.url) as client:
-        if args.speed is not None:
-            await client.session_update(speed=args.speed)
+        if args.speed is not None or args.voice is not None:
+            await client.session_update(speed=args.speed, voice=args.voice)
         text = _stdin_deltas() if args.text == "-" else args.text
         turn = await client.speak(text, tokens_per_s=args.tokens_per_s, timeout=3600)
     turn.write_wav(args.output)

@@ -151,8 +151,9 @@ class RealtimeClient:
         """Stop the live turn now; its turn_done (cancelled) says what was heard."""
         await self.ws.send(encode_event(Cancel()))
 
-    async def session_update(self, speed: float | None = None) -> None:
-        await self.ws.send(encode_event(SessionUpdate(speed=speed)))
+    async def session_update(self, speed: float | None = None, voice: str | None = None) -> None:
+        """Voice options from the next segment on; ``voice``: one of ``created.voices``."""
+        await self.ws.send(encode_event(SessionUpdate(speed=speed, voice=voice)))
 
     async def playback(self, turn_id: str, samples_played: int) -> None:
         """Tell the server how far the player got, so a cut turn reports what was heard."""

@@ -19,7 +19,7 @@ from . import logs
 from .access import AccessPolicy
 from .agent import AgentBackend
 from .app import AppConfig, VoicewsApp
-from .engines import engine_factory
+from .engines import engine_factory, engine_voices
 from .protocol import REALTIME_PATH
 from .session import AgentConfig, SessionConfig
 from .worker import ComputeWorker
@@ -77,8 +77,8 @@ class VoicewsServer:
     async def start(self) -> None:
         logs.redact_server_logs()
         await asyncio.to_thread(self.worker.start)
-        voice = self.config.voice or "en_US-joe-medium"
-        session = self.config.session
+        voices = engine_voices(self.config.engine, self.config.voice)
+        session = replace(self.config.session, voices=voices)
         agent = None
         if self.config.agent_model is not None:
             agent = AgentBackend(self.config.agent_model)
@@ -88,7 +88,7 @@ class VoicewsServer:
             AppConfig(
                 session=session,
                 access=self.config.access,
-                voice_name=voice.rpartition("/")[2].removesuffix(".onnx"),
+                voice_name=voices[0],
             ),
             self.worker,
             agent,
@@ -118,7 +118,7 @@ class VoicewsServer:
             "listening",
             url=self.url,
             engine=self.worker.engine_name,
-            voice=voice,
+            voice=voices[0],
             sample_rate=self.worker.sample_rate,
         )
 

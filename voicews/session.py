@@ -41,6 +41,7 @@ from .protocol import (
     UserMessage,
     WordMark,
     Words,
+    unknown_voice,
 )
 from .segmenter import Segment, Segmenter, SegmenterConfig, Urgency
 
@@ -98,6 +99,8 @@ class SessionConfig:
     segmenter: SegmenterConfig = field(default_factory=SegmenterConfig)
     stitch: StitchConfig = field(default_factory=StitchConfig)
     agent: AgentConfig | None = None
+    voices: tuple[str, ...] = ()
+    """The engine's voices (``engines.engine_voices``), the default first."""
 
     def limits(self) -> Limits:
         return Limits(
@@ -218,6 +221,7 @@ class Session:
             session_id=self.id,
             audio=AudioFormat(sample_rate=self.sample_rate),
             limits=self.config.limits(),
+            voices=list(self.config.voices) or None,
         )
 
     def admit(self, now: float) -> bool:
@@ -263,6 +267,8 @@ class Session:
                         raise VoicewsError(ErrorCode.NO_ACTIVE_TURN, "cancel: no live turn")
                     self._cut(self._turn, now)
                 case SessionUpdate():
+                    if message.voice is not None and message.voice not in self.config.voices:
+                        raise unknown_voice(message.voice, self.config.voices)
                     changes = message.model_dump(exclude={"type"}, exclude_none=True)
                     self._options = replace(self._options, **changes)
                 case UserMessage():

@@ -18,15 +18,24 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from . import logs
 from .asgi import Receive, Send, respond
 from .driver import SessionDriver
-from .protocol import AudioFrame, EndText, Error, SessionUpdate, TextDelta, TurnDone, TurnReset
+from .protocol import (
+    AudioFrame,
+    EndText,
+    Error,
+    SessionUpdate,
+    TextDelta,
+    TurnDone,
+    TurnReset,
+    unknown_voice,
+)
 
 _MAX_BODY = 1 << 20
 _UNKNOWN_LENGTH = 0xFFFFFFFF
 
 
 class SpeechRequest(BaseModel):
-    """The OpenAI ``audio/speech`` body; ``model`` and ``voice`` name what clients expect
-    and are accepted as given: this server speaks with the voice it was started with."""
+    """The OpenAI ``audio/speech`` body; ``model`` is accepted as given, ``voice`` must be one
+    of the server's voices (``session_created.voices``)."""
 
     model_config = ConfigDict(extra="ignore", strict=True)
     input: str = Field(min_length=1)
@@ -83,8 +92,13 @@ async def speech(
     if len(request.input) > limit:
         await refuse(send, 413, "input_too_long", f"input over {limit} characters", headers)
         return
+    if request.voice is not None and request.voice not in session.config.voices:
+        refusal = unknown_voice(request.voice, session.config.voices)
+        await refuse(send, 400, "invalid_request", refusal.message, headers)
+        return
+    voice = request.voice or voice
     for message in (
-        SessionUpdate(speed=request.speed),
+        SessionUpdate(speed=request.speed, voice=request.voice),
         TurnReset(turn_id="speech"),
         TextDelta(text=request.input),
         EndText(),
