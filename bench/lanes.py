@@ -3,15 +3,14 @@
 On a CPU the piper engine can run several inferences at once, each on its share of the cores
 (``voicews serve --lanes N``), instead of one inference on all of them. This starts one server
 per lane count (separate processes, same voice) and, at each N, runs the same load against each
-in turn, as ``bench/compare.py``'s concurrency part does: N conversations at 20 tokens/s, each
-played through a simulated player with a jitter buffer. It prints, per N and lane count, first
-audio p50/p95, underruns per conversation-minute, conversations with an underrun, server CPU
-per second of audio and the compute lanes' busy share, then the largest N without underrun.
+in turn: ``harness.py``'s concurrency sweep, as in ``compare.py``'s part 2, N conversations at
+20 tokens/s, each played through a simulated player with a jitter buffer. It prints, per N and
+lane count, first audio p50/p95, underruns per conversation-minute, conversations with an
+underrun, server CPU per second of audio and the compute lanes' busy share, then the largest N
+without underrun.
 
     python bench/lanes.py                          # lanes 1 and 2, N = 1, 4, 8, 12, 16, 24
     python bench/lanes.py --lanes 1,2,4 --ns 1,8,16 --turns 2
-
-Needs the ``[bench]`` extra only for ``compare.py``'s imports (wyoming is not started here).
 """
 
 from __future__ import annotations
@@ -22,7 +21,7 @@ import tempfile
 from pathlib import Path
 
 from common import source_version
-from compare import (
+from harness import (
     LoadSummary,
     VoicewsProcess,
     fmt,

@@ -34,19 +34,9 @@ from typing import Any
 import mlx.core as mx
 import numpy as np
 
-from voicews.engines.mlx_piper.decode import (
-    join_jumps,
-    overlap_windows,
-    snr_db,
-    streaming_windows,
-    window_plan,
-)
-from voicews.engines.mlx_piper.engine import (
-    DEFAULT_CHUNK_FRAMES,
-    DEFAULT_INITIAL_CHUNK_FRAMES,
-    DEFAULT_OVERLAP_FRAMES,
-    MlxPiperEngine,
-)
+from measures import join_jumps, snr_db
+from voicews.engines.mlx_piper.decode import overlap_windows, streaming_windows, window_plan
+from voicews.engines.mlx_piper.engine import MlxConfig, MlxPiperEngine
 from voicews.engines.mlx_piper.model import PiperVits, Upsample
 
 LONG_SENTENCE = (
@@ -132,8 +122,9 @@ def bench_device(
     mx.set_default_device(device)
     rows: dict[str, Any] = {"device": "cpu" if device == mx.cpu else "gpu"}
     hop, rate, repeats = engine.model.hop, engine.sample_rate, args.repeats
-    model = engine.model if device == mx.cpu else engine.model.rebuilt(matmul=False)
-    alt = engine.model.rebuilt(matmul=device != mx.cpu)
+    weights = engine.model.weights
+    model = engine.model if device == mx.cpu else PiperVits(weights, matmul=False)
+    alt = PiperVits(weights, matmul=device != mx.cpu)
 
     def front() -> mx.array:
         latents = model.latents(
@@ -165,8 +156,9 @@ def bench_device(
     )
     reference = np.array(oneshot)
 
-    configs = [(chunk, DEFAULT_INITIAL_CHUNK_FRAMES) for chunk in args.chunks]
-    configs += [(DEFAULT_CHUNK_FRAMES, i) for i in args.initials]
+    default = MlxConfig()
+    configs = [(chunk, default.initial_chunk_frames) for chunk in args.chunks]
+    configs += [(default.chunk_frames, i) for i in args.initials]
     sweeps = []
     for chunk, initial in dict.fromkeys(configs):
         plan = window_plan(frames, chunk, initial)
@@ -197,7 +189,7 @@ def bench_device(
     rows["stream"] = sweeps
 
     overlaps = []
-    chunk, initial = DEFAULT_CHUNK_FRAMES, DEFAULT_INITIAL_CHUNK_FRAMES
+    chunk, initial = default.chunk_frames, default.initial_chunk_frames
     plan = window_plan(frames, chunk, initial)
     for overlap in args.overlaps:
         cpu_start = time.process_time()
@@ -284,7 +276,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--overlaps",
         type=lambda s: [int(x) for x in s.split(",")],
-        default=[0, 8, 16, DEFAULT_OVERLAP_FRAMES, 32],
+        default=[0, 8, 16, MlxConfig().overlap_frames, 32],
     )
     parser.add_argument("--upsample-frames", type=int, default=400)
     parser.add_argument("--cache-dir", type=Path, help="weights cache (default: a temp dir)")

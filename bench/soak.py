@@ -18,7 +18,7 @@ import threading
 import time
 from dataclasses import replace
 
-from voicews.loadtest import SoakReport, soak
+from loadtest import SoakReport, soak
 from voicews.server import ServerConfig, VoicewsServer
 from voicews.session import SessionConfig
 

@@ -22,16 +22,11 @@ import threading
 from collections.abc import AsyncIterator
 from pathlib import Path
 
+from voicews.agent.client import Agent, AgentTurn
+from voicews.agent.conversation import AgentConfig
+from voicews.agent.sinks import AplaySink, AudioSink, WavSink
 from voicews.client import RealtimeClient
-from voicews.llm.agent import (
-    Agent,
-    AgentConfig,
-    AgentTurn,
-    AplaySink,
-    AudioSink,
-    LocalLLM,
-    WavSink,
-)
+from voicews.llm.local import LocalLLM
 from voicews.protocol import REALTIME_PATH
 
 
@@ -87,17 +82,16 @@ async def run(args: argparse.Namespace) -> int:
     print(f"loading {args.model or 'SmolLM2-135M-Instruct (bundled)'} ...", file=sys.stderr)
     llm = await LocalLLM.open(args.model)
     config = AgentConfig(
-        system=args.system or None,
+        system_prompt=args.system or None,
         max_tokens=args.max_tokens,
         temperature=args.temperature,
         top_p=args.top_p,
-        token_delay_s=args.token_delay,
     )
     reports: set[asyncio.Task[None]] = set()
     try:
         async with (
             await RealtimeClient.connect(args.url) as client,
-            Agent(client, llm, config, sinks, on_delta=show) as agent,
+            Agent(client, llm, config, sinks, show, args.token_delay) as agent,
         ):
             if args.speed is not None:
                 await client.session_update(speed=args.speed)

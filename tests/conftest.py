@@ -6,6 +6,7 @@ import asyncio
 import gc
 import os
 import re
+import socket
 import threading
 import tracemalloc
 from collections.abc import AsyncIterator, Iterator
@@ -26,6 +27,14 @@ TIMEOUT_SCALE = float(os.environ.get("VOICEWS_TIMEOUT_SCALE", "1"))
 
 def timeout(seconds: float) -> float:
     return seconds * TIMEOUT_SCALE
+
+
+def free_port() -> int:
+    """A loopback port nobody listens on now, for a server in another process."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
 
 
 # Small socket buffers so a slow reader's backlog reaches the session queue within seconds.

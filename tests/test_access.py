@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 from dataclasses import replace
 
@@ -44,7 +45,7 @@ def test_check(headers: dict[str, str], query: bytes, status: int | None) -> Non
     refusal = check(POLICY, headers, query)
     assert (refusal.status if refusal else None) == status
     if refusal:
-        assert SECRET not in refusal.reason
+        assert SECRET not in refusal.message
 
 
 def test_open_policy_admits_everyone() -> None:
@@ -81,9 +82,14 @@ async def test_server_enforces_tokens_and_origins_and_never_logs_them(
         ) as c:
             assert c.created.session_id
         reader, writer = await asyncio.open_connection("127.0.0.1", srv.port)
-        writer.write(b"POST /v1/audio/speech HTTP/1.1\r\nHost: t\r\nContent-Length: 2\r\n\r\n{}")
-        assert (await asyncio.wait_for(reader.readline(), timeout(5))).startswith(b"HTTP/1.1 401")
+        writer.write(
+            b"POST /v1/audio/speech HTTP/1.1\r\nHost: t\r\nContent-Length: 2\r\n"
+            b"Connection: close\r\n\r\n{}"
+        )
+        response = await asyncio.wait_for(reader.read(), timeout(5))
         writer.close()
+        assert response.startswith(b"HTTP/1.1 401") and b"www-authenticate: Bearer" in response
+        assert json.loads(response.partition(b"\r\n\r\n")[2])["error"]["code"] == "unauthorized"
     server_lines = [r.getMessage() for r in caplog.records if not r.name.startswith("websockets.")]
     assert any("event=refused" in line for line in server_lines)
     assert any("[redacted]" in line for line in server_lines)  # the handshake was logged...

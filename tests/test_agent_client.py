@@ -1,11 +1,9 @@
-"""The voice agent: what counts as heard, the listener clock, and whole conversations with the
-tiny model against a real voicews server, including barge-in while generating and while
-speaking."""
+"""The client-side voice agent: what counts as heard, and whole conversations with the tiny
+model against a real voicews server, including barge-in while generating and while speaking."""
 
 from __future__ import annotations
 
 import asyncio
-import os
 import time
 import wave
 from collections.abc import AsyncIterator
@@ -16,22 +14,15 @@ from typing import Any
 import pytest
 
 from conftest import running, timeout, with_session
+from voicews.agent.client import Agent, AgentTurn, heard_text
+from voicews.agent.conversation import AgentConfig
+from voicews.agent.sinks import AudioSink, WavSink
 from voicews.client import RealtimeClient
-from voicews.llm.agent import (
-    Agent,
-    AgentConfig,
-    AgentTurn,
-    AplaySink,
-    AudioSink,
-    LocalLLM,
-    PlaybackClock,
-    WavSink,
-    heard_text,
-)
+from voicews.llm.local import LocalLLM
 from voicews.protocol import SegmentStarted
 from voicews.server import VoicewsServer
 
-# --- heard_text and the listener clock (pure) -------------------------------------------------
+# --- heard_text (pure) -------------------------------------------------
 
 
 def segments(*starts_and_texts: tuple[int, str]) -> list[SegmentStarted]:
@@ -61,65 +52,6 @@ def test_heard_text_of_nothing() -> None:
     assert heard_text(segments((0, "  padded  "), (5, " ")), 10) == "padded"
 
 
-def test_playback_clock_plays_in_real_time_from_the_first_frame() -> None:
-    clock = PlaybackClock(1000, clock=lambda: 0.0)
-    assert clock.played(now=5.0) == 0 and clock.remaining(now=5.0) == 0.0
-    clock.add(500, now=10.0)  # half a second arrives at t=10
-    clock.add(500, now=10.1)  # more, while the first still plays
-    assert clock.played(now=10.0) == 0
-    assert clock.played(now=10.25) == 250
-    assert clock.remaining(now=10.25) == pytest.approx(0.75)
-    assert clock.played(now=11.0) == 1000 and clock.played(now=99.0) == 1000
-
-
-def test_playback_clock_waits_when_dry() -> None:
-    clock = PlaybackClock(1000)
-    clock.add(100, now=0.0)  # plays 0.0 - 0.1
-    assert clock.played(now=0.5) == 100
-    clock.add(100, now=1.0)  # arrives late: plays 1.0 - 1.1, not 0.1 - 0.2
-    assert clock.played(now=1.05) == 150
-
-
-def test_wav_sink_keeps_what_was_heard(tmp_path: Path) -> None:
-    sink = WavSink(tmp_path / "turn.wav", 1000)
-    sink.write(b"\x01\x00" * 800)
-    sink.close(keep_samples=300)
-    sink.close()  # a second close changes nothing
-    with wave.open(str(tmp_path / "turn.wav")) as wav:
-        assert (wav.getframerate(), wav.getnframes()) == (1000, 300)
-
-
-async def test_aplay_sink_pipes_the_audio_and_stops_at_a_barge_in(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """With a stand-in ``aplay`` that records what it is fed."""
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    fake = bin_dir / "aplay"
-    fake.write_text('#!/bin/sh\nexec cat > "$APLAY_OUT"\n')
-    fake.chmod(0o755)
-    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
-    assert AplaySink.available()
-
-    monkeypatch.setenv("APLAY_OUT", str(tmp_path / "played.raw"))
-    sink = AplaySink(tmp_path / "one.wav", 22050)
-    sink.write(b"\x01\x00" * 500)  # before aplay has started: kept until it has
-    await asyncio.sleep(0.05)
-    sink.write(b"\x02\x00" * 500)
-    sink.close()
-    await asyncio.wait_for(sink.wait_closed(), timeout(5))
-    assert (tmp_path / "played.raw").read_bytes() == b"\x01\x00" * 500 + b"\x02\x00" * 500
-
-    monkeypatch.setenv("APLAY_OUT", str(tmp_path / "cut.raw"))
-    cut = AplaySink(tmp_path / "two.wav", 22050)
-    cut.write(b"\x03\x00" * 500)
-    await asyncio.sleep(0.05)
-    cut.close(keep_samples=10)  # barge-in: killed, not drained
-    await asyncio.wait_for(cut.wait_closed(), timeout(5))
-    with wave.open(str(tmp_path / "two.wav")) as wav:
-        assert wav.getnframes() == 10
-
-
 # --- whole turns with the tiny model against a real server -------------------------------------
 
 
@@ -132,7 +64,7 @@ async def llm(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[LocalLL
     pytest.importorskip("mlx_lm", exc_type=ImportError)
     pytest.importorskip("tokenizers", exc_type=ImportError)
     pytest.importorskip("mlx.core", exc_type=ImportError)
-    from voicews.llm.tiny import build_tiny_model
+    from tiny_llm import build_tiny_model
 
     model_dir = build_tiny_model(tmp_path_factory.mktemp("tiny") / "model")
     llm = await LocalLLM.open(model_dir)
@@ -148,9 +80,10 @@ async def agent_factory(server: VoicewsServer, llm: LocalLLM, tmp_path: Path) ->
     def sinks(index: int, sample_rate: int) -> AudioSink:
         return WavSink(tmp_path / f"turn-{index}.wav", sample_rate)
 
-    async def make(**config: Any) -> Agent:
+    async def make(token_delay_s: float = 0.0, **config: Any) -> Agent:
         client = await RealtimeClient.connect(server.url)
-        agent = await Agent(client, llm, AgentConfig(**config), sinks).__aenter__()
+        agent = Agent(client, llm, AgentConfig(**config), sinks, token_delay_s=token_delay_s)
+        await agent.__aenter__()
         stack.append((client, agent))
         return agent
 
@@ -194,7 +127,8 @@ async def test_barge_in_while_generating(agent_factory: Any) -> None:
     await until(lambda: first.first_audio_at is not None, 20)
     await asyncio.sleep(0.3)  # the start of it is heard
     assert first.generation is not None and not first.generation.done()
-    agent.config = replace(agent.config, max_tokens=20, token_delay_s=0.0)  # for the next one
+    agent.config = replace(agent.config, max_tokens=20)  # for the next one
+    agent.token_delay_s = 0.0
     second = await agent.respond("Stop. What time is it?")
 
     assert first.interrupted and first.tokens_at_cut is not None
@@ -243,7 +177,8 @@ async def test_barge_in_while_speaking(agent_factory: Any, tmp_path: Path) -> No
 async def test_barge_in_before_any_audio_keeps_no_reply(agent_factory: Any) -> None:
     agent: Agent = await agent_factory(max_tokens=200, token_delay_s=0.05)
     first = await agent.respond("One")
-    agent.config = replace(agent.config, max_tokens=10, token_delay_s=0.0)
+    agent.config = replace(agent.config, max_tokens=10)
+    agent.token_delay_s = 0.0
     second = await agent.respond("Two")
     assert first.interrupted and first.heard == ""
     await agent.wait(second, timeout(30))
@@ -266,7 +201,9 @@ async def test_a_fast_model_waits_for_speech_instead_of_losing_text(llm: LocalLL
 
 
 async def test_history_stays_bounded(agent_factory: Any) -> None:
-    agent: Agent = await agent_factory(max_tokens=4, max_history_messages=2, system="Be brief.")
+    agent: Agent = await agent_factory(
+        max_tokens=4, max_history_messages=2, system_prompt="Be brief."
+    )
     await agent.client.session_update(speed=2.0)
     turns: list[AgentTurn] = []
     for i in range(3):

@@ -4,20 +4,23 @@ from __future__ import annotations
 
 import asyncio
 import importlib.util
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from dataclasses import replace
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 pytest.importorskip("mlx.core", exc_type=ImportError)
 pytest.importorskip("mlx_lm", exc_type=ImportError)
 
 from conftest import TEST_CONFIG, running, timeout
+from tiny_llm import build_tiny_model
+from voicews.agent.conversation import AgentConfig
+from voicews.agent.server import AgentBackend
 from voicews.client import RealtimeClient
 from voicews.errors import ErrorCode
-from voicews.llm.tiny import build_tiny_model
 from voicews.protocol import (
     AudioFrame,
     Error,
@@ -29,7 +32,7 @@ from voicews.protocol import (
     Words,
 )
 from voicews.server import VoicewsServer
-from voicews.session import AgentConfig
+from voicews.worker import ComputeWorker
 
 MAX_TOKENS = 2000
 
@@ -124,6 +127,26 @@ async def test_barge_in_stops_generation_and_keeps_the_heard_part(tiny_model: Pa
         await c.cancel()  # the next reply would be as long: cut it too
         while not (isinstance(item, TurnDone) and item.turn_id == "next"):
             item = await c.recv(timeout(60))
+
+
+class _TwoLanes:
+    """An engine that can run on two lanes; it is never asked to speak."""
+
+    name, sample_rate, concurrent = "two-lanes", 1000, True
+
+    def synthesize(self, text: str, options: object) -> Iterator[np.ndarray]:
+        raise AssertionError("not used")
+
+
+def test_agent_mode_needs_a_worker_with_one_lane() -> None:
+    """The model is bound to the thread that loads it; with two lanes, steps could hop."""
+    worker = ComputeWorker(_TwoLanes, lanes=2)
+    worker.start()
+    try:
+        with pytest.raises(ValueError, match="one lane"):
+            AgentBackend("unused").preload(worker)
+    finally:
+        worker.stop()
 
 
 async def test_user_message_errors(agent_server: VoicewsServer, server: VoicewsServer) -> None:

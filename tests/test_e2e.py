@@ -99,12 +99,21 @@ async def test_words_are_placed_and_a_cut_turn_was_heard_to_the_word(
     assert [w.text for w in whole.words] == REPLY.split()
     starts = [w.start_sample for w in whole.words]
     assert starts == sorted(starts) and starts[-1] < whole.samples
-    # Each segment's first word starts within 50 ms after the segment does (lead silence).
+    # Each segment's words lie within it, the first soon after its start: after the BOS and
+    # pad ids, whose lengths Piper samples with noise (noise_w). Over 1,440 syntheses of every
+    # segment REPLY can start with, the first word came at most 1,331 samples (60 ms) after
+    # the segment's start once the lead silence was trimmed; 100 ms bounds that with margin.
+    # "e.g." is excluded: espeak says "for example" in the sentence, so its own phonemes do
+    # not match and it is placed up to 160 ms in.
+    ends = [s.start_sample for s in whole.segments[1:]] + [whole.samples]
     first_words, index = [], 0
-    for segment in whole.segments:
-        first_words.append(whole.words[index].start_sample - segment.start_sample)
-        index += len(segment.text.split())
-    assert all(0 <= d < 0.05 * whole.sample_rate for d in first_words), first_words
+    for segment, end in zip(whole.segments, ends, strict=True):
+        placed = whole.words[index : index + len(segment.text.split())]
+        assert segment.start_sample <= placed[0].start_sample and placed[-1].start_sample < end
+        if placed[0].text != "e.g.":
+            first_words.append(placed[0].start_sample - segment.start_sample)
+        index += len(placed)
+    assert all(d < 0.1 * whole.sample_rate for d in first_words), first_words
 
     await client.turn_reset("cut")
     await client.text_delta(REPLY)
@@ -114,6 +123,7 @@ async def test_words_are_placed_and_a_cut_turn_was_heard_to_the_word(
     while played is None or turn.samples <= played:
         match await client.recv(timeout(20)):
             case AudioFrame() as frame:
+                turn.frames.append(frame)
                 turn.pcm += frame.pcm
             case Words() as placed if len(placed.words) >= 4 and played is None:
                 turn.words += placed.words
@@ -222,7 +232,7 @@ async def test_slow_reader_pauses_only_its_own_synthesis(server: VoicewsServer) 
         session = server.app.sessions[slow.created.session_id]
         bound = TEST_CONFIG.session.max_pending_audio_ms * 22050 // 1000
         # The queue fills (nobody reads), and the segment in synthesis when it did finishes.
-        while session.pending_audio_samples < bound or session.synthesizing:
+        while session.outbox.samples < bound or session.synthesizing:
             await asyncio.sleep(0.02)
         jobs = server.worker.stats.jobs_done
         # Meanwhile another session is served as usual.

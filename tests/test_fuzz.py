@@ -19,9 +19,11 @@ from hypothesis import strategies as st
 from websockets.sync.client import ClientConnection, connect
 
 from conftest import running, timeout, with_session
-from voicews.errors import ErrorCode, VoicewsError
+from voicews.errors import SESSION_CODES, VoicewsError
 from voicews.protocol import (
     CLIENT_TYPES,
+    ENCODINGS,
+    SAMPLE_RATES,
     AudioFrame,
     Error,
     Pong,
@@ -36,7 +38,7 @@ from voicews.protocol import (
 from voicews.server import VoicewsServer
 from voicews.session import Session, SessionConfig
 
-KNOWN_CODES = {c.value for c in ErrorCode}
+KNOWN_CODES = {c.value for c in SESSION_CODES}
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=20),
     lambda inner: (
@@ -58,7 +60,16 @@ wellformed = st.one_of(
     st.builds(lambda t: {"type": "turn_reset", "turn_id": t}, st.sampled_from("abcd")),
     st.builds(lambda t: {"type": "text_delta", "text": t}, st.text(max_size=40)),
     st.just({"type": "end_text"}),
-    st.builds(lambda v: {"type": "session_update", "speed": v}, st.floats(0.5, 2.0)),
+    st.builds(lambda v: {"type": "session_update", "speed": v}, st.floats(0.25, 4.0)),
+    st.builds(
+        lambda rate, fmt: {"type": "session_update", "audio": {"sample_rate": rate, "format": fmt}},
+        st.sampled_from((*SAMPLE_RATES, 11025)),
+        st.sampled_from((*ENCODINGS, "mp3")),
+    ),
+    st.builds(
+        lambda rate: {"type": "session_update", "audio": {"sample_rate": rate}},
+        st.sampled_from(SAMPLE_RATES),
+    ),
 )
 frames = st.one_of(
     wellformed.map(json.dumps),
@@ -104,7 +115,8 @@ def test_session_survives_any_sequence_of_frames(steps: list[object]) -> None:
     def pump() -> None:
         in_flight.extend(session.take_submissions())
         session.take_cancellations()
-        while (item := session.pop(now)) is not None:
+        while (item := session.outbox.pop()) is not None:
+            session.sent(item, now)
             sent.append(item)
 
     for step in [*steps, "final"]:
@@ -143,9 +155,10 @@ def test_session_survives_any_sequence_of_frames(steps: list[object]) -> None:
 
 
 def check_stream(sent: list[object]) -> None:
-    """Every started turn is done exactly once; frames are contiguous; errors are typed; a
-    words event places its segment's words, in order, from where the segment starts."""
-    open_turn, seq, latest = None, 0, None
+    """Every started turn is done exactly once; frames are contiguous and turn_done counts
+    them, whatever the format; errors are typed; a words event places its segment's words,
+    in order, from where the segment starts."""
+    open_turn, seq, latest, position = None, 0, None, 0
     segment: SegmentStarted | None = None
     for item in sent:
         if isinstance(item, SegmentStarted):
@@ -161,12 +174,13 @@ def check_stream(sent: list[object]) -> None:
             assert item.code in KNOWN_CODES and item.message
         elif isinstance(item, TurnStarted):
             assert open_turn is None and item.turn_id != latest  # duplicate_turn_id
-            open_turn, seq, latest = item.turn_id, 0, item.turn_id
+            open_turn, seq, latest, position = item.turn_id, 0, item.turn_id, 0
         elif isinstance(item, AudioFrame):
             assert item.turn_id == open_turn and item.seq == seq
-            seq += 1
+            assert item.start_sample == position and item.samples > 0
+            seq, position = seq + 1, position + item.samples
         elif isinstance(item, TurnDone):
-            assert item.turn_id == open_turn
+            assert item.turn_id == open_turn and item.samples == position
             open_turn = None
     assert open_turn is None
 
@@ -239,8 +253,9 @@ def test_server_still_speaks_after_fuzzing(
     samples = 0
     while True:
         data = connection.recv(timeout(20))
-        if isinstance(data, bytes):
-            samples += decode_frame(data).samples
+        if isinstance(data, bytes):  # a fuzzed turn's audio may still be arriving
+            frame = decode_frame(data)
+            samples += frame.samples if frame.turn_id == "after-fuzz" else 0
             continue
         event = parse_server_event(data)
         if isinstance(event, TurnDone) and event.turn_id == "after-fuzz":

@@ -25,7 +25,7 @@ from voicews.engines.base import SynthesisOptions, WordStarts
 from voicews.engines.kokoro import KokoroEngine
 from voicews.engines.kokoro.assets import SAMPLE_RATE, SAMPLES_PER_FRAME
 from voicews.errors import ErrorCode
-from voicews.protocol import AudioFrame, Error, TurnDone
+from voicews.protocol import AudioFrame, Error, SessionUpdated, TurnDone
 from voicews.server import VoicewsServer
 
 pytestmark = pytest.mark.slow
@@ -111,6 +111,8 @@ async def test_each_session_speaks_its_own_voice(kokoro: VoicewsServer) -> None:
         assert voices is not None and voices[0] == "af_heart" and "bm_george" in voices
         heart = await one.speak("Hello there.", timeout=timeout(60))
         await one.session_update(voice="bm_george")
+        ack = await one.recv(timeout(5))
+        assert isinstance(ack, SessionUpdated) and ack.voice == "bm_george"
         george = await one.speak("Hello there.", timeout=timeout(60))
         default = await two.speak("Hello there.", timeout=timeout(60))
     assert heart.samples and george.samples and not heart.errors and not george.errors
@@ -138,10 +140,15 @@ async def test_http_speech_takes_a_voice_and_a_speed(kokoro: VoicewsServer) -> N
         lengths.append(sum(len(d) for _, d in await chunks(reader)))
         writer.close()
     assert lengths[1] < lengths[0] * 0.85  # faster speech is shorter
-    status, _, reader, writer = await post(kokoro.port, b'{"input": "hi", "voice": "alloy"}')
-    body = await asyncio.wait_for(reader.read(), timeout(5))
+    body = b'{"input": "Hi.", "voice": "alloy", "response_format": "pcm"}'
+    status, headers, reader, writer = await post(kokoro.port, body)
+    assert await chunks(reader)
     writer.close()
-    assert status == 400 and b"af_heart" in body
+    assert (status, headers["x-voicews-voice"]) == (200, "af_heart")  # OpenAI's: the default
+    status, _, reader, writer = await post(kokoro.port, b'{"input": "hi", "voice": "nobody"}')
+    error = json.loads(await asyncio.wait_for(reader.read(), timeout(5)))["error"]
+    writer.close()
+    assert status == 400 and "'nobody'; choose from af_heart, " in error["message"]
 
 
 async def test_barge_in_cuts_a_kokoro_turn(client: RealtimeClient) -> None:

@@ -12,12 +12,12 @@ from websockets.exceptions import ConnectionClosed, InvalidStatus
 
 from conftest import TEST_CONFIG, http_get, running, timeout, with_session
 from voicews.client import RealtimeClient
-from voicews.errors import ErrorCode
+from voicews.errors import CloseCode, ErrorCode
 from voicews.protocol import Error, TurnDone
 
 
 async def test_limits_are_advertised() -> None:
-    config = with_session(max_messages_per_second=7, max_sessions=3, idle_timeout_s=9.0)
+    config = replace(with_session(max_messages_per_second=7, idle_timeout_s=9.0), max_sessions=3)
     async with running(config) as srv, await RealtimeClient.connect(srv.url) as c:
         limits = c.created.limits
         assert (limits.max_messages_per_second, limits.max_sessions) == (7, 3)
@@ -40,7 +40,7 @@ async def test_messages_over_the_rate_are_refused_then_accepted_again() -> None:
 
 
 async def test_sessions_over_the_limit_are_refused_at_connect() -> None:
-    async with running(with_session(max_sessions=2)) as srv:
+    async with running(replace(TEST_CONFIG, max_sessions=2)) as srv:
         a = await RealtimeClient.connect(srv.url)
         b = await RealtimeClient.connect(srv.url)
         with pytest.raises(InvalidStatus) as refused:
@@ -66,7 +66,7 @@ async def test_idle_session_gets_an_error_and_a_normal_close() -> None:
         assert isinstance(event, Error) and event.code == ErrorCode.IDLE_TIMEOUT
         with pytest.raises(ConnectionClosed) as closed:
             await c.recv(timeout(5))
-        assert closed.value.rcvd is not None and closed.value.rcvd.code == 1000
+        assert closed.value.rcvd is not None and closed.value.rcvd.code == CloseCode.NORMAL_CLOSURE
 
 
 async def test_turn_over_the_duration_limit_is_cut() -> None:

@@ -15,6 +15,7 @@ from typing import Any, ClassVar
 import numpy as np
 import pytest
 
+from tiny_llm import build_tiny_model
 from voicews.cache import CACHE_ENV
 from voicews.llm.convert import (
     bundled_gguf,
@@ -23,49 +24,7 @@ from voicews.llm.convert import (
     load,
     unpermute_rope_rows,
 )
-from voicews.llm.generate import Message, PromptCache, ReplyStats, stream_reply, truncate_history
-from voicews.llm.tiny import build_tiny_model
-
-# --- truncate_history (pure; no MLX) ----------------------------------------------------------
-
-
-def conversation(turns: int, size: int = 10) -> list[Message]:
-    messages = [{"role": "system", "content": "be brief"}]
-    for i in range(turns):
-        messages.append({"role": "user", "content": f"u{i}".ljust(size, ".")})
-        messages.append({"role": "assistant", "content": f"a{i}".ljust(size, ".")})
-    return messages
-
-
-def test_truncate_history_keeps_system_and_newest_messages() -> None:
-    messages = [*conversation(5), {"role": "user", "content": "now"}]
-    kept = truncate_history(messages, max_messages=4)
-    assert kept[0] == messages[0]
-    assert kept[1:] == messages[-3:]  # 4 would start at an assistant message: dropped
-    assert kept[1]["role"] == "user"
-
-
-def test_truncate_history_bounds_characters() -> None:
-    messages = [*conversation(5, size=100), {"role": "user", "content": "now"}]
-    kept = truncate_history(messages, max_chars=250)
-    assert sum(len(m["content"]) for m in kept[1:]) <= 250
-    assert kept[-1]["content"] == "now"
-    assert kept[1]["role"] == "user"
-
-
-def test_truncate_history_never_drops_the_new_message() -> None:
-    messages = [*conversation(2), {"role": "user", "content": "x" * 1000}]
-    assert truncate_history(messages, max_messages=0, max_chars=10) == [
-        messages[0],
-        messages[-1],
-    ]
-
-
-def test_truncate_history_without_bounds_is_a_copy() -> None:
-    messages = conversation(3)
-    kept = truncate_history(messages)
-    assert kept == messages and kept is not messages
-
+from voicews.llm.generate import PromptCache, ReplyStats, stream_reply
 
 # --- MLX from here on: skipped where mlx (mlx[cpu] on Linux) or mlx-lm is not installed -------
 

@@ -24,6 +24,7 @@ mx = pytest.importorskip("mlx.core", exc_type=ImportError)  # plain mlx on Linux
 pytest.importorskip("onnx")
 
 from conftest import TEST_CONFIG, running, timeout  # noqa: E402
+from measures import join_jumps, snr_db  # noqa: E402
 from voicews.cache import cache_dir  # noqa: E402
 from voicews.client import RealtimeClient, SpokenTurn  # noqa: E402
 from voicews.engines import engine_factory  # noqa: E402
@@ -31,13 +32,12 @@ from voicews.engines.base import Engine, SynthesisOptions, WordStarts  # noqa: E
 from voicews.engines.mlx_piper import MlxPiperEngine  # noqa: E402
 from voicews.engines.mlx_piper.decode import (  # noqa: E402
     StreamingDecoder,
-    join_jumps,
     overlap_windows,
-    snr_db,
     streaming_windows,
     window_plan,
 )
-from voicews.engines.mlx_piper.engine import DEFAULT_OVERLAP_FRAMES  # noqa: E402
+from voicews.engines.mlx_piper.engine import MlxConfig  # noqa: E402
+from voicews.engines.mlx_piper.model import PiperVits  # noqa: E402
 from voicews.engines.mlx_piper.weights import (  # noqa: E402
     _fold_weight_norm,
     cache_path,
@@ -144,6 +144,20 @@ def test_importing_the_engine_leaves_mlx_alone() -> None:
     subprocess.run([sys.executable, "-c", code], check=True, timeout=timeout(60))
 
 
+def test_server_settings_come_from_the_environment() -> None:
+    env = {
+        "VOICEWS_MLX_CHUNK_FRAMES": "32",
+        "VOICEWS_MLX_DECODE": "overlap",
+        "VOICEWS_MLX_OVERLAP_FRAMES": "",  # empty: the default
+        "VOICEWS_MLX_DEVICE": "GPU",
+    }
+    assert MlxConfig.from_env(env) == MlxConfig(chunk_frames=32, decode="overlap", device="GPU")
+    assert MlxConfig.from_env({}) == MlxConfig()
+    for bad in ({"VOICEWS_MLX_DECODE": "fast"}, {"VOICEWS_MLX_INITIAL_CHUNK_FRAMES": "0"}):
+        with pytest.raises(ValueError, match="VOICEWS_MLX_"):
+            MlxConfig.from_env(bad)
+
+
 # --- parity with onnxruntime --------------------------------------------------------------
 
 
@@ -234,12 +248,13 @@ def test_overlap_crossfade_hides_the_joins(
         return (snr_db(audio, reference), *join_jumps(audio, reference, plan, hop, radius))
 
     snr_0, jump_0, excess_0 = run(0)
-    snr_d, jump_d, excess_d = run(DEFAULT_OVERLAP_FRAMES)
+    default = MlxConfig().overlap_frames
+    snr_d, jump_d, excess_d = run(default)
     stream = np.concatenate([np.array(p) for p in streaming_windows(engine.model, z_p, plan)])
     jump_s, excess_s = join_jumps(stream, reference, plan, hop, 0)
     print(
         f"overlap 0: SNR {snr_0:.1f} dB, max join step {jump_0:.4f} (excess {excess_0:.4f}); "
-        f"overlap {DEFAULT_OVERLAP_FRAMES}: SNR {snr_d:.1f} dB, max join step {jump_d:.4f} "
+        f"overlap {default}: SNR {snr_d:.1f} dB, max join step {jump_d:.4f} "
         f"(excess {excess_d:.4f}); stream: max join step {jump_s:.4f} (excess {excess_s:.6f})"
     )
     assert snr_d >= 30.0
@@ -250,7 +265,7 @@ def test_overlap_crossfade_hides_the_joins(
 def test_native_convolutions_agree(engine: MlxPiperEngine, decoded: tuple[mx.array, Audio]) -> None:
     """The GPU's path (MLX's own conv1d, polyphase included) gives the CPU path's audio."""
     z_p = decoded[0][:12]
-    native = engine.model.rebuilt(matmul=not engine.model.matmul)
+    native = PiperVits(engine.model.weights, matmul=not engine.model.matmul)
     np.testing.assert_allclose(
         np.array(native.decode(z_p)), np.array(engine.model.decode(z_p)), atol=1e-4
     )

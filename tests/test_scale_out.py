@@ -16,7 +16,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -27,8 +26,9 @@ from pathlib import Path
 import pytest
 from websockets.exceptions import ConnectionClosed
 
-from conftest import timeout
+from conftest import free_port, timeout
 from voicews.client import RealtimeClient, SpokenTurn
+from voicews.errors import CloseCode
 from voicews.protocol import AudioFrame, SegmentStarted
 
 CONF = Path(__file__).parent.parent / "deploy" / "nginx" / "voicews.conf"
@@ -55,13 +55,6 @@ def nginx_binary() -> str:
             pytest.fail(message + "; CI must install it", pytrace=False)
         pytest.skip(message)
     return found
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 def render_config(upstreams: list[int], listen: int) -> str:
@@ -283,7 +276,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
 
 
 def speech_body(text: str) -> bytes:
-    return json.dumps({"input": text}).encode()
+    return json.dumps({"input": text, "response_format": "wav"}).encode()
 
 
 async def close_all(clients: list[RealtimeClient]) -> None:
@@ -398,7 +391,7 @@ async def stop_one_under_load(cluster: Cluster, clients: list[RealtimeClient]) -
         "nginx never tried the draining instance, so its failover was not exercised"
     )
 
-    # The turn that was under way finishes whole; then its session is closed with 1001.
+    # The turn that was under way finishes whole; then its session is closed, going away.
     await draining.text_delta(" and it still finished.")
     await draining.end_text()
     await asyncio.wait_for(draining.collect(turn), timeout(30))
@@ -407,7 +400,7 @@ async def stop_one_under_load(cluster: Cluster, clients: list[RealtimeClient]) -
     assert spoken_text.startswith("This turn") and spoken_text.endswith("finished."), spoken_text
     with pytest.raises(ConnectionClosed):
         await draining.recv(timeout(10))
-    assert draining.ws.close_code == 1001, draining.ws.close_code
+    assert draining.ws.close_code == CloseCode.GOING_AWAY, draining.ws.close_code
     await asyncio.wait_for(asyncio.to_thread(stopped.process.wait), timeout(20))
     assert stopped.process.returncode == 0, tail(stopped.log)
 

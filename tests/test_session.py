@@ -6,24 +6,32 @@ from dataclasses import replace
 
 import numpy as np
 
-from voicews.errors import ErrorCode
+from voicews.agent.conversation import AgentConfig
+from voicews.encoding import OutputFormat
+from voicews.errors import CloseCode, ErrorCode
+from voicews.outbox import Outgoing
 from voicews.protocol import (
+    AudioFormat,
     AudioFrame,
+    AudioUpdate,
     Cancel,
     EndText,
     Error,
     Ping,
     Playback,
     Pong,
+    ReplyDelta,
     SegmentStarted,
     SessionUpdate,
+    SessionUpdated,
     TextDelta,
     TurnDone,
     TurnReset,
     TurnStarted,
+    UserMessage,
     Words,
 )
-from voicews.session import Outgoing, Session, SessionConfig, SynthesisRequest
+from voicews.session import GenerationRequest, Session, SessionConfig, SynthesisRequest
 
 RATE = 22050
 
@@ -33,13 +41,22 @@ def speech(seconds: float) -> np.ndarray:
     return (0.3 * np.sin(2 * np.pi * 200 * t)).astype(np.float32)
 
 
-def make(**overrides: object) -> Session:
-    return Session("s1", RATE, replace(SessionConfig(), **overrides))  # type: ignore[arg-type]
+def make(audio: OutputFormat | None = None, **overrides: object) -> Session:
+    config = replace(SessionConfig(), **overrides)  # type: ignore[arg-type]
+    return Session("s1", RATE, config, audio)
+
+
+def send(session: Session, now: float) -> Outgoing | None:
+    """As the I/O layer does: take the next item, and tell the session it went out."""
+    item = session.outbox.pop()
+    if item is not None:
+        session.sent(item, now)
+    return item
 
 
 def drain(session: Session, now: float = 0.0) -> list[Outgoing]:
     out = []
-    while (item := session.pop(now)) is not None:
+    while (item := send(session, now)) is not None:
         out.append(item)
     return out
 
@@ -60,9 +77,9 @@ def errors(items: list[Outgoing]) -> list[ErrorCode]:
 
 
 def test_created_advertises_format_and_limits() -> None:
-    created = make(max_pending_text_chars=123).created()
+    created = make(max_pending_text_chars=123).created(max_sessions=7)
     assert created.audio.sample_rate == RATE and created.protocol == 1
-    assert created.limits.max_pending_text_chars == 123
+    assert (created.limits.max_pending_text_chars, created.limits.max_sessions) == (123, 7)
 
 
 def test_turn_runs_to_done_with_ordered_frames() -> None:
@@ -104,7 +121,7 @@ def test_barge_in_drops_queued_audio_and_cancels_synthesis() -> None:
     req = one(s)
     synthesize(s, req, 1.0, 0.1)
     in_flight = one(s)
-    sent = [s.pop(0.1) for _ in range(3)]
+    sent = [send(s, 0.1) for _ in range(3)]
     s.handle(TurnReset(turn_id="t2"), 0.2)
     assert s.take_cancellations() == [in_flight.job_id]
     items = drain(s, 0.2)
@@ -239,8 +256,8 @@ def test_slow_reader_pauses_synthesis_until_audio_is_read() -> None:
     synthesize(s, one(s), 1.5, 0.1)  # 1.5 s queued, over the 1 s bound
     assert s.take_submissions() == []
     assert s.wakeup_at(0.1) == 600.0  # paused: no timer but the turn-duration limit
-    while s.pending_audio_samples >= RATE:
-        s.pop(0.2)
+    while s.outbox.samples >= RATE:
+        send(s, 0.2)
     assert one(s).text == "Second one."
 
 
@@ -329,7 +346,7 @@ def test_idle_session_is_closed_after_the_idle_timeout() -> None:
     assert s.close_request is None
     s.tick(40.0)
     assert errors(drain(s)) == [ErrorCode.IDLE_TIMEOUT]
-    assert s.close_request is not None and s.close_request.code == 1000
+    assert s.close_request is not None and s.close_request.code == CloseCode.NORMAL_CLOSURE
 
 
 def test_idle_clock_starts_when_a_turn_ends() -> None:
@@ -353,9 +370,9 @@ def test_queued_events_count_events_not_frames() -> None:
     synthesize(s, one(s), 0.5, 0.1)
     s.handle(Ping(), 0.1)
     frames = sum(isinstance(i, AudioFrame) for i in s.outbox)
-    assert frames > 5 and s.queued_events == len(s.outbox) - frames == 3
+    assert frames > 5 and s.outbox.events == len(s.outbox) - frames == 3
     drain(s)
-    assert s.queued_events == 0
+    assert s.outbox.events == 0
 
 
 def test_draining_finishes_the_turn_then_asks_to_close() -> None:
@@ -375,7 +392,7 @@ def test_draining_finishes_the_turn_then_asks_to_close() -> None:
         samples=sum(i.samples for i in items if isinstance(i, AudioFrame)),
         cancelled=False,
     )
-    assert s.close_request is not None and s.close_request.code == 1001
+    assert s.close_request is not None and s.close_request.code == CloseCode.GOING_AWAY
 
 
 def test_stats_record_first_audio_stalls_and_outcomes() -> None:
@@ -424,6 +441,25 @@ def test_speed_applies_to_next_segment() -> None:
     assert one(s).options.speed == 1.5
 
 
+def test_a_voice_update_is_acknowledged_and_a_refused_one_changes_nothing() -> None:
+    s = make(voices=("af_heart", "bm_george"))
+    assert s.created(max_sessions=1).voices == ["af_heart", "bm_george"]
+    s.handle(SessionUpdate(speed=1.5), 0.0)
+    assert drain(s)[-1] == SessionUpdated(audio=AudioFormat(sample_rate=RATE), speed=1.5,
+                                          voice="af_heart")  # fmt: skip
+    s.handle(SessionUpdate(voice="bm_george"), 0.0)
+    assert isinstance(ack := drain(s)[-1], SessionUpdated) and ack.voice == "bm_george"
+    s.handle(SessionUpdate(voice="alloy", speed=2.0, audio=AudioUpdate(sample_rate=8000)), 0.0)
+    (refused,) = drain(s)
+    assert isinstance(refused, Error) and refused.code == ErrorCode.INVALID_MESSAGE
+    assert "'alloy'; choose from af_heart, bm_george" in refused.message
+    s.handle(TurnReset(turn_id="t1"), 0.0)
+    s.handle(TextDelta(text="Quick, please."), 0.0)
+    req = one(s)
+    assert (req.options.voice, req.options.speed) == ("bm_george", 1.5)  # neither refused
+    assert s.audio.sample_rate == RATE  # the refused format did not apply either
+
+
 def test_close_cancels_in_flight_job() -> None:
     s = make()
     s.handle(TurnReset(turn_id="t1"), 0.0)
@@ -432,3 +468,153 @@ def test_close_cancels_in_flight_job() -> None:
     s.close()
     assert s.take_cancellations() == [req.job_id]
     assert drain(s) == []
+
+
+# --- agent mode: the text comes from a language model on the worker -----------------------------
+
+
+def agent_session() -> Session:
+    return make(agent=AgentConfig(system_prompt="Be brief.", max_history_messages=4))
+
+
+def ask(s: Session, text: str, turn_id: str, now: float) -> GenerationRequest:
+    s.handle(UserMessage(text=text, turn_id=turn_id), now)
+    (request,) = s.take_submissions()
+    assert isinstance(request, GenerationRequest) and request.turn_id == turn_id
+    return request
+
+
+def test_a_reply_is_spoken_as_it_is_written_and_kept_whole_once_done() -> None:
+    s = agent_session()
+    gen = ask(s, "Hello?", "r1", 0.0)
+    assert gen.messages == (
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": "Hello?"},
+    )
+    s.on_text(gen.job_id, "Hi there, how", 0.1)
+    first = one(s)  # the reply's first clause goes to synthesis at once
+    assert (first.text, first.first) == ("Hi there,", True)
+    s.handle(TextDelta(text="more"), 0.1)
+    assert errors(drain(s, 0.1)) == [ErrorCode.TURN_CLOSED]  # the model writes this turn
+    s.on_text(gen.job_id, " can I help?", 0.2)
+    s.on_done(gen.job_id, 0.3)
+    synthesize(s, first, 0.5, 0.3)
+    synthesize(s, one(s), 0.8, 0.4)
+    items = drain(s, 0.4)
+    assert [i.text for i in items if isinstance(i, ReplyDelta)] == [" can I help?"]
+    assert isinstance(items[-1], TurnDone) and not items[-1].cancelled
+    assert s.history == [
+        {"role": "user", "content": "Hello?"},
+        {"role": "assistant", "content": "Hi there, how can I help?"},
+    ]
+
+
+def test_a_reply_cut_after_it_was_written_is_kept_once_as_heard() -> None:
+    s = agent_session()
+    gen = ask(s, "Tell me.", "r1", 0.0)
+    s.on_text(gen.job_id, "First part here. Second part follows.", 0.0)
+    s.on_done(gen.job_id, 0.0)  # written; it is still being spoken
+    first = one(s)
+    synthesize(s, first, 1.0, 0.1)
+    last = one(s)
+    drain(s, 0.1)
+    s.handle(Playback(turn_id="r1", samples_played=1000), 0.3)  # the first segment began
+    ask(s, "Stop.", "r2", 0.3)  # a barge-in
+    assert s.take_cancellations() == [last.job_id]
+    assert s.history == [
+        {"role": "user", "content": "Tell me."},
+        {"role": "assistant", "content": first.text},
+        {"role": "user", "content": "Stop."},
+    ]
+
+
+def test_a_barge_in_while_writing_cancels_the_generation() -> None:
+    s = agent_session()
+    gen = ask(s, "Tell me a story.", "r1", 0.0)
+    s.on_text(gen.job_id, "Once", 0.1)
+    ask(s, "Never mind.", "r2", 0.2)
+    assert s.take_cancellations() == [gen.job_id]
+    s.on_text(gen.job_id, " upon a time", 0.3)  # late text of the cancelled reply: ignored
+    assert not any(isinstance(i, ReplyDelta) and i.turn_id == "r2" for i in drain(s, 0.3))
+    assert s.history == [  # nothing of the first reply was heard
+        {"role": "user", "content": "Tell me a story."},
+        {"role": "user", "content": "Never mind."},
+    ]
+
+
+def test_a_failed_generation_is_reported_and_what_was_written_is_spoken() -> None:
+    s = agent_session()
+    gen = ask(s, "Hi.", "r1", 0.0)
+    s.on_text(gen.job_id, "Hello", 0.1)
+    s.on_failed(gen.job_id, "RuntimeError: out of memory", 0.2)
+    synthesize(s, one(s), 0.5, 0.3)
+    items = drain(s, 0.3)
+    assert errors(items) == [ErrorCode.GENERATION_FAILED]
+    assert isinstance(items[-1], TurnDone) and not items[-1].cancelled
+    assert s.history[-1] == {"role": "assistant", "content": "Hello"}
+
+
+def test_a_user_message_needs_agent_mode() -> None:
+    s = make()
+    s.handle(UserMessage(text="Hi."), 0.0)
+    assert errors(drain(s)) == [ErrorCode.AGENT_UNAVAILABLE]
+    assert s.take_submissions() == [] and s.history == []
+
+
+def test_frames_and_positions_are_at_the_output_rate() -> None:
+    def second_segment_start(s: Session) -> tuple[int, list[AudioFrame]]:
+        s.handle(TurnReset(turn_id="t1"), 0.0)
+        s.handle(TextDelta(text="First one. Second one. "), 0.0)
+        synthesize(s, one(s), 1.5, 0.1)  # 1.5 s queued, over the 1 s bound at any rate
+        assert s.take_submissions() == [] and s.pending_audio_s >= 1.0
+        frames = [i for i in drain(s, 0.2) if isinstance(i, AudioFrame)]
+        second = one(s)
+        s.on_audio(second.job_id, speech(0.5), 0.3)
+        (segment,) = [i for i in s.outbox if isinstance(i, SegmentStarted)]
+        return segment.start_sample, frames
+
+    native, _ = second_segment_start(make(max_pending_audio_ms=1000))
+    s = make(OutputFormat(44100, "pcm_mulaw"), max_pending_audio_ms=1000)
+    assert s.created(max_sessions=1).audio == AudioFormat(sample_rate=44100, format="pcm_mulaw")
+    start, frames = second_segment_start(s)
+    assert start == 2 * native  # 44100 is twice the voice's 22050
+    assert all(len(f.pcm) == f.samples <= 44100 * 40 // 1000 for f in frames)  # 1 byte each
+    assert [f.start_sample for f in frames] == [
+        sum(f.samples for f in frames[:i]) for i in range(len(frames))
+    ]
+    assert abs(sum(f.samples for f in frames) - 1.5 * 44100) < 0.05 * 44100
+
+
+def test_a_format_update_applies_from_the_next_turn_and_a_refused_one_changes_nothing() -> None:
+    def spoken(s: Session, turn_id: str, now: float) -> list[AudioFrame]:
+        synthesize(s, one(s), 0.5, now)
+        s.handle(EndText(), now)
+        out = drain(s, now)
+        assert isinstance(out[-1], TurnDone) and out[-1].turn_id == turn_id
+        return [i for i in out if isinstance(i, AudioFrame)]
+
+    s = make()
+    s.handle(TurnReset(turn_id="t1"), 0.0)
+    s.handle(TextDelta(text="Hello there. "), 0.0)
+    s.handle(SessionUpdate(speed=1.5, audio=AudioUpdate(format="opus")), 0.0)
+    opus = AudioFormat(sample_rate=48000, format="opus")  # Opus is 48 kHz only
+    assert drain(s) == [
+        TurnStarted(turn_id="t1"),
+        SessionUpdated(audio=opus, speed=1.5, live_turn_id="t1"),
+    ]
+    live = spoken(s, "t1", 0.1)
+    assert all(len(f.pcm) == 2 * f.samples for f in live)  # t1 is still PCM16
+    assert abs(sum(f.samples for f in live) - 0.5 * RATE) < 0.1 * RATE  # at the voice's rate
+    s.handle(SessionUpdate(speed=2.0, audio=AudioUpdate(sample_rate=8000)), 0.2)  # Opus: no
+    (refused,) = drain(s)
+    assert isinstance(refused, Error) and refused.code == ErrorCode.INVALID_MESSAGE
+    assert "opus" in refused.message
+    s.handle(TurnReset(turn_id="t2"), 0.2)
+    s.handle(TextDelta(text="Again. "), 0.2)
+    assert s.take_submissions()[0].options.speed == 1.5  # the refused speed did not apply
+    s.handle(Cancel(), 0.2)
+    s.handle(TurnReset(turn_id="t3"), 0.3)
+    s.handle(TextDelta(text="Again. "), 0.3)
+    frames = spoken(s, "t3", 0.3)
+    assert {f.samples for f in frames} == {960}  # one 20 ms Opus packet per frame
+    assert abs(sum(f.samples for f in frames) - 0.5 * 48000) < 0.1 * 48000

@@ -4,26 +4,19 @@ from __future__ import annotations
 
 import asyncio
 import signal
-import socket
 import sys
 
 import pytest
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 
-from conftest import timeout
+from conftest import free_port, timeout
 from voicews.client import RealtimeClient, SpokenTurn, word_pieces
+from voicews.errors import CloseCode
 
 REPLY = "Sure, here is the plan. First we pack the bags, then we drive to the coast for lunch."
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
-async def test_sigterm_drains_live_turns_then_closes_with_1001() -> None:
+async def test_sigterm_drains_live_turns_then_closes_going_away() -> None:
     port = free_port()
     proc = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "voicews.cli", "serve", "--port", str(port),
@@ -58,7 +51,7 @@ async def test_sigterm_drains_live_turns_then_closes_with_1001() -> None:
             # ...and once it is done the server closes with "going away".
             with pytest.raises(ConnectionClosed) as closed:
                 await client.recv(timeout(10))
-            assert closed.value.rcvd is not None and closed.value.rcvd.code == 1001
+            assert closed.value.rcvd is not None and closed.value.rcvd.code == CloseCode.GOING_AWAY
         assert await asyncio.wait_for(proc.wait(), timeout(20)) == 0
     finally:
         if proc.returncode is None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 
 from conftest import ARENA_SLACK, resources, running, timeout, tracing_heap, with_session
-from voicews.loadtest import soak
+from loadtest import soak
 
 SESSIONS, TURNS = 8, 8  # per phase: 64 conversation turns, a fifth of them barge-ins
 

@@ -12,6 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
 
+from .errors import ErrorCode, VoicewsError
+
 TOKENS_ENV = "VOICEWS_TOKENS"
 
 
@@ -25,12 +27,6 @@ class AccessPolicy:
     (non-browser clients) are always allowed."""
 
 
-@dataclass(frozen=True, slots=True)
-class Refusal:
-    status: int
-    reason: str
-
-
 def load_tokens(token_file: str | None = None) -> frozenset[str]:
     """Tokens from ``$VOICEWS_TOKENS`` (comma-separated) and a file (one per line)."""
     tokens = {t.strip() for t in os.environ.get(TOKENS_ENV, "").split(",")}
@@ -39,7 +35,7 @@ def load_tokens(token_file: str | None = None) -> frozenset[str]:
     return frozenset(t for t in tokens if t and not t.startswith("#"))
 
 
-def check(policy: AccessPolicy, headers: dict[str, str], query: bytes) -> Refusal | None:
+def check(policy: AccessPolicy, headers: dict[str, str], query: bytes) -> VoicewsError | None:
     """None if the request may proceed, else the HTTP refusal (no secret in the reason)."""
     origin = headers.get("origin")
     if (
@@ -48,14 +44,16 @@ def check(policy: AccessPolicy, headers: dict[str, str], query: bytes) -> Refusa
         and origin not in policy.allowed_origins
         and urlsplit(origin).netloc != headers.get("host")
     ):
-        return Refusal(403, "origin not allowed")
+        return VoicewsError(ErrorCode.ORIGIN_NOT_ALLOWED, "origin not allowed")
     if not policy.tokens:
         return None
     offered = _bearer(headers.get("authorization", "")) or _query_token(query)
     if offered is None:
-        return Refusal(401, "missing bearer token (Authorization header or ?token=)")
+        return VoicewsError(
+            ErrorCode.UNAUTHORIZED, "missing bearer token (Authorization header or ?token=)"
+        )
     if not any(hmac.compare_digest(offered.encode(), t.encode()) for t in policy.tokens):
-        return Refusal(401, "invalid token")
+        return VoicewsError(ErrorCode.UNAUTHORIZED, "invalid token")
     return None
 
 

@@ -9,20 +9,23 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Protocol
 
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from . import access, logs
-from .agent import AgentBackend
-from .asgi import Receive, Scope, Send, headers_of, refuse_websocket, respond
-from .driver import SessionDriver
+from .agent.server import AgentBackend
+from .asgi import Receive, Scope, Send, headers_of, refuse, refuse_websocket, respond
+from .driver import Generate, SessionDriver
+from .encoding import OutputFormat
+from .errors import ErrorCode, VoicewsError
 from .metrics import Metrics
-from .protocol import REALTIME_PATH
+from .protocol import REALTIME_PATH, parse_audio_query
 from .realtime import RealtimeConnection
 from .session import Session, SessionConfig
-from .speech import refuse, speech
+from .speech import speech
 from .worker import ComputeWorker
 
 SPEECH_PATH = "/v1/audio/speech"
@@ -42,11 +45,20 @@ _CONTENT_TYPES = {
 }
 
 
+class Connection(Protocol):
+    """A live session's connection, whatever its transport (WebSocket, Wyoming)."""
+
+    def drain(self) -> None:
+        """Server shutdown: let the current turn finish, then close."""
+
+
 @dataclass(frozen=True, slots=True)
 class AppConfig:
-    session: SessionConfig = field(default_factory=SessionConfig)
-    access: access.AccessPolicy = field(default_factory=access.AccessPolicy)
-    voice_name: str = "en_US-joe-medium"
+    """What the app needs of the server's configuration (``ServerConfig`` holds the defaults)."""
+
+    session: SessionConfig
+    access: access.AccessPolicy
+    max_sessions: int
 
 
 class VoicewsApp:
@@ -57,7 +69,7 @@ class VoicewsApp:
         self.worker = worker
         self.agent = agent
         self.sessions: dict[str, Session] = {}
-        self.connections: dict[str, RealtimeConnection] = {}
+        self.connections: dict[str, Connection] = {}
         self.metrics = Metrics(worker, self.sessions)
         self.draining = False
         self._idle = asyncio.Event()
@@ -84,58 +96,71 @@ class VoicewsApp:
 
     # --- admission ------------------------------------------------------------------------
 
-    def _admit(self, scope: Scope) -> access.Refusal | None:
+    def _admit(self, scope: Scope) -> None:
+        """Raise the refusal (logged and counted) if this request may not open a session."""
         refusal = access.check(self.config.access, headers_of(scope), scope["query_string"])
-        if refusal is not None:
-            return refusal
-        if self.draining:
-            return access.Refusal(503, "server shutting down")
-        limit = self.config.session.max_sessions
-        if len(self.sessions) >= limit:
-            return access.Refusal(503, f"server full: {limit} sessions")
-        return None
-
-    def _open(self, config: SessionConfig) -> Session:
-        session = Session(uuid.uuid4().hex, self.worker.sample_rate, config)
-        self.sessions[session.id] = session
-        self._idle.clear()
-        self.metrics.sessions_opened.inc()
-        return session
-
-    def _closed(self, session: Session) -> None:
-        self.sessions.pop(session.id, None)
-        self.connections.pop(session.id, None)
-        if not self.sessions:
-            self._idle.set()
-
-    def _refused(self, scope: Scope, refusal: access.Refusal) -> None:
+        if refusal is None:
+            refusal = self.capacity_refusal()
+        if refusal is None:
+            return
         self.metrics.sessions_refused.labels(str(refusal.status)).inc()
         logs.event(
             "refused",
             path=scope["path"],
             status=refusal.status,
-            reason=refusal.reason,
+            reason=refusal.message,
             client=_client(scope),
         )
+        raise refusal
+
+    def capacity_refusal(self) -> VoicewsError | None:
+        """Draining or full: refused on every path (WebSocket, HTTP, Wyoming)."""
+        if self.draining:
+            return VoicewsError(ErrorCode.SHUTTING_DOWN, "server shutting down")
+        limit = self.config.max_sessions
+        if len(self.sessions) >= limit:
+            return VoicewsError(ErrorCode.SERVER_FULL, f"server full: {limit} sessions")
+        return None
+
+    def open_session(self, config: SessionConfig, audio: OutputFormat | None = None) -> Session:
+        """A new session; its frames in ``audio`` (default: PCM16 at the voice's rate)."""
+        session = Session(uuid.uuid4().hex, self.worker.sample_rate, config, audio)
+        self.sessions[session.id] = session
+        self._idle.clear()
+        self.metrics.sessions_opened.inc()
+        return session
+
+    def _generator(self) -> Generate | None:
+        """Agent mode: a new session's generation work (it keeps the session's prompt cache)."""
+        return self.agent.generator() if self.agent is not None else None
+
+    def close_session(self, session: Session) -> None:
+        self.sessions.pop(session.id, None)
+        self.connections.pop(session.id, None)
+        if not self.sessions:
+            self._idle.set()
 
     # --- WebSocket ------------------------------------------------------------------------
 
     async def _websocket(self, scope: Scope, receive: Receive, send: Send) -> None:
         await receive()  # websocket.connect
-        if scope["path"] != REALTIME_PATH:
-            await refuse_websocket(
-                send, 404, f"not found; the realtime endpoint is {REALTIME_PATH}"
-            )
-            return
-        refusal = self._admit(scope)
-        if refusal is not None:
-            self._refused(scope, refusal)
-            await refuse_websocket(send, refusal.status, refusal.reason)
+        try:
+            if scope["path"] != REALTIME_PATH:
+                raise VoicewsError(
+                    ErrorCode.NOT_FOUND, f"not found; the realtime endpoint is {REALTIME_PATH}"
+                )
+            self._admit(scope)
+            audio = self._audio_query(scope["query_string"])
+        except VoicewsError as refusal:
+            await refuse_websocket(send, refusal)
             return
         await send({"type": "websocket.accept"})
-        session = self._open(self.config.session)
+        session = self.open_session(self.config.session, audio)
         connection = RealtimeConnection(
-            SessionDriver(session, self.worker, self.metrics.observe, self.agent), receive, send
+            SessionDriver(session, self.worker, self.metrics.observe, self._generator()),
+            receive,
+            send,
+            self.config.max_sessions,
         )
         self.connections[session.id] = connection
         if self.draining:
@@ -145,8 +170,13 @@ class VoicewsApp:
         try:
             code = await connection.run()
         finally:
-            self._closed(session)
+            self.close_session(session)
             logs.event("session_close", session=session.id, code=code)
+
+    def _audio_query(self, query: bytes) -> OutputFormat:
+        """The output format asked for in the realtime URL; VoicewsError for a bad one."""
+        update = parse_audio_query(query)
+        return OutputFormat(self.worker.sample_rate).updated(update.sample_rate, update.format)
 
     # --- HTTP -----------------------------------------------------------------------------
 
@@ -171,7 +201,7 @@ class VoicewsApp:
     def _readiness(self) -> str:
         if self.draining:
             return "draining"
-        if len(self.sessions) >= self.config.session.max_sessions:
+        if len(self.sessions) >= self.config.max_sessions:
             return "full"
         return "ready"
 
@@ -180,24 +210,23 @@ class VoicewsApp:
         if method == "OPTIONS":  # a browser's preflight for a cross-origin POST
             await respond(send, 204, b"", headers=[*cors, *_PREFLIGHT])
             return
-        if method != "POST":
-            await refuse(send, 405, "method_not_allowed", "use POST", [*cors, (b"allow", b"POST")])
-            return
-        refusal = self._admit(scope)
-        if refusal is not None:
-            self._refused(scope, refusal)
-            extra = [(b"www-authenticate", b"Bearer")] if refusal.status == 401 else []
-            await refuse(send, refusal.status, "refused", refusal.reason, [*cors, *extra])
-            return
-        # One request is one whole turn: its text may all wait in the backlog at once.
-        config = self.config.session
-        session = self._open(replace(config, max_pending_text_chars=config.max_turn_text_chars))
-        self.metrics.http_speech.inc()
-        try:
-            driver = SessionDriver(session, self.worker, self.metrics.observe)
-            await speech(driver, receive, send, self.config.voice_name, cors)
-        finally:
-            self._closed(session)
+        try:  # every refusal of the endpoint, before its response starts
+            if method != "POST":
+                raise VoicewsError(ErrorCode.METHOD_NOT_ALLOWED, "use POST")
+            self._admit(scope)
+            # One request is one whole turn: its text may all wait in the backlog at once.
+            config = self.config.session
+            session = self.open_session(
+                replace(config, max_pending_text_chars=config.max_turn_text_chars)
+            )
+            self.metrics.http_speech.inc()
+            try:
+                driver = SessionDriver(session, self.worker, self.metrics.observe)
+                await speech(driver, receive, send, cors)
+            finally:
+                self.close_session(session)
+        except VoicewsError as refusal:
+            await refuse(send, refusal, cors)
 
     def _cors(self, origin: str | None) -> list[tuple[bytes, bytes]]:
         """CORS headers for the speech endpoint: any origin, or those on the allow-list."""
@@ -206,7 +235,10 @@ class VoicewsApp:
             return []
         return [
             (b"access-control-allow-origin", origin.encode("latin-1")),
-            (b"access-control-expose-headers", b"x-voicews-streamed, x-voicews-sample-rate"),
+            (
+                b"access-control-expose-headers",
+                b"x-request-id, x-voicews-streamed, x-voicews-sample-rate",
+            ),
             (b"vary", b"origin"),
         ]
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from .errors import ANSWERS, VoicewsError, http_body
+
 Scope = dict[str, Any]
 Message = dict[str, Any]
 Receive = Callable[[], Awaitable[Message]]
@@ -37,13 +39,19 @@ async def respond(
     await send({"type": "http.response.body", "body": data})
 
 
-async def refuse_websocket(send: Send, status: int, reason: str) -> None:
+async def refuse(send: Send, error: VoicewsError, headers: list[tuple[bytes, bytes]]) -> None:
+    """An HTTP error: the code's status and headers, the body in the shape OpenAI clients read."""
+    headers = [*headers, *ANSWERS[error.code].headers]
+    await respond(send, error.status, http_body(error), "application/json", headers)
+
+
+async def refuse_websocket(send: Send, error: VoicewsError) -> None:
     """Answer a WebSocket handshake with a plain HTTP error instead of accepting it."""
-    data = (reason + "\n").encode()
+    data = (error.message + "\n").encode()
     await send(
         {
             "type": "websocket.http.response.start",
-            "status": status,
+            "status": error.status,
             "headers": [(b"content-type", b"text/plain; charset=utf-8")],
         }
     )

@@ -15,34 +15,35 @@ from dataclasses import replace
 
 from .access import TOKENS_ENV, AccessPolicy, load_tokens
 from .client import RealtimeClient
-from .engines import ENGINES, engine_voices
+from .engines import BUNDLED_VOICE, ENGINES, engine_voices
 from .protocol import REALTIME_PATH
 from .server import ServerConfig, VoicewsServer
-from .session import SessionConfig
+
+DEFAULTS = ServerConfig()
+"""Every default of ``voicews serve`` is the config's; ``voicews say`` speaks to it."""
 
 
-def main(argv: list[str] | None = None) -> None:
+def parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="voicews", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
 
     serve = commands.add_parser("serve", help="run the realtime TTS service")
-    serve.add_argument("--host", default="127.0.0.1")
-    serve.add_argument("--port", type=int, default=8765)
-    serve.add_argument("--engine", choices=sorted(ENGINES), default="piper")
+    serve.add_argument("--host", default=DEFAULTS.host)
+    serve.add_argument("--port", type=int, default=DEFAULTS.port)
+    serve.add_argument("--engine", choices=sorted(ENGINES), default=DEFAULTS.engine)
     serve.add_argument(
         "--voice",
-        help="piper engines: a voice .onnx (default: the bundled en_US-joe-medium); kokoro: a "
+        help=f"piper engines: a voice .onnx (default: the bundled {BUNDLED_VOICE}); kokoro: a "
         "shipped voice name (default af_heart), the session may choose another",
     )
     serve.add_argument(
         "--lanes",
         type=int,
-        default=ServerConfig().lanes,
+        default=DEFAULTS.lanes,
         help="inferences the piper engine runs side by side, each on its share of the cores",
     )
-    defaults = SessionConfig()
-    serve.add_argument("--idle-flush-ms", type=int, default=defaults.idle_flush_ms)
-    serve.add_argument("--max-sessions", type=int, default=defaults.max_sessions)
+    serve.add_argument("--idle-flush-ms", type=int, default=DEFAULTS.session.idle_flush_ms)
+    serve.add_argument("--max-sessions", type=int, default=DEFAULTS.max_sessions)
     serve.add_argument(
         "--token-file", help=f"bearer tokens, one per line (also ${TOKENS_ENV}, comma-separated)"
     )
@@ -56,7 +57,7 @@ def main(argv: list[str] | None = None) -> None:
     serve.add_argument(
         "--drain-timeout",
         type=float,
-        default=ServerConfig().drain_timeout,
+        default=DEFAULTS.drain_timeout,
         help="seconds live turns may take to finish on SIGTERM",
     )
     serve.add_argument(
@@ -65,13 +66,18 @@ def main(argv: list[str] | None = None) -> None:
         help="agent mode: an mlx-lm model (dir, repo id or .gguf; 'smollm2' for the bundled "
         "one) answers user_message and its reply is spoken (needs the [agent] extra)",
     )
+    serve.add_argument(
+        "--wyoming-uri",
+        metavar="tcp://HOST:PORT",
+        help="also serve Wyoming text to speech (Home Assistant) there (needs the [wyoming] extra)",
+    )
     serve.add_argument("--log-level", default="INFO")
 
     say = commands.add_parser("say", help="speak text through a running service into a WAV")
     say.add_argument("text", nargs="?", default="-", help="text, or - to stream stdin")
     say.add_argument("-o", "--output", required=True, help="WAV file to write")
-    say.add_argument("--url", default=f"ws://127.0.0.1:8765{REALTIME_PATH}")
-    say.add_argument("--speed", type=float, help="speaking rate, 0.5 to 2.0")
+    say.add_argument("--url", default=f"ws://{DEFAULTS.host}:{DEFAULTS.port}{REALTIME_PATH}")
+    say.add_argument("--speed", type=float, help="speaking rate, 0.25 to 4.0")
     say.add_argument("--voice", help="one of the server's voices (its session_created lists them)")
     say.add_argument("--tokens-per-s", type=float, help="send the text as word pieces at this rate")
 
@@ -80,40 +86,49 @@ def main(argv: list[str] | None = None) -> None:
     )
     convert.add_argument("gguf", nargs="?", help="GGUF file (default: bundled SmolLM2)")
     convert.add_argument("out_dir", nargs="?", help="output directory (default: the cache)")
+    convert.set_defaults(usage_error=convert.error)
+    return parser
 
-    args = parser.parse_args(argv)
+
+def serve_config(args: argparse.Namespace) -> ServerConfig:
+    return replace(
+        DEFAULTS,
+        host=args.host,
+        port=args.port,
+        engine=args.engine,
+        voice=args.voice,
+        lanes=args.lanes,
+        drain_timeout=args.drain_timeout,
+        max_sessions=args.max_sessions,
+        agent_model=_agent_model(args.agent_model),
+        wyoming_uri=args.wyoming_uri,
+        session=replace(DEFAULTS.session, idle_flush_ms=args.idle_flush_ms),
+        access=AccessPolicy(
+            tokens=load_tokens(args.token_file), allowed_origins=frozenset(args.allow_origin)
+        ),
+    )
+
+
+def main(argv: list[str] | None = None) -> None:
+    cli = parser()
+    args = cli.parse_args(argv)
     if args.command == "convert-gguf":
         from .llm.convert import convert_command
 
         try:
             print(convert_command(args.gguf, args.out_dir))
         except ValueError as exc:
-            convert.error(str(exc))
+            args.usage_error(str(exc))
         return
     if args.command == "serve":
         try:
             engine_voices(args.engine, args.voice)
         except ValueError as exc:
-            serve.error(str(exc))
+            cli.error(f"serve: {exc}")
         logging.basicConfig(
             level=args.log_level, format="%(asctime)s level=%(levelname)s %(message)s"
         )
-        config = ServerConfig(
-            host=args.host,
-            port=args.port,
-            engine=args.engine,
-            voice=args.voice,
-            lanes=args.lanes,
-            drain_timeout=args.drain_timeout,
-            agent_model=_agent_model(args.agent_model),
-            session=replace(
-                defaults, idle_flush_ms=args.idle_flush_ms, max_sessions=args.max_sessions
-            ),
-            access=AccessPolicy(
-                tokens=load_tokens(args.token_file), allowed_origins=frozenset(args.allow_origin)
-            ),
-        )
-        asyncio.run(_serve(config))
+        asyncio.run(_serve(serve_config(args)))
     else:
         sys.exit(asyncio.run(_say(args)))
 
@@ -135,6 +150,8 @@ async def _serve(config: ServerConfig) -> None:
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     print(f"voicews: listening on {server.url}", flush=True)
+    if server.wyoming is not None:
+        print(f"voicews: Wyoming on {server.wyoming.uri}", flush=True)
     await stop.wait()
     await server.close(drain=True)
 

@@ -10,11 +10,25 @@ import asyncio
 import contextlib
 from collections.abc import Callable
 from functools import partial
+from typing import assert_never
 
-from .agent import AgentBackend
-from .engines.base import SynthesisOptions
-from .session import GenerationRequest, Outgoing, Session
-from .worker import ComputeWorker, Job, JobAudio, JobDone, JobEvent, JobFailed, JobText, JobWords
+from .outbox import Outgoing
+from .session import GenerationRequest, Request, Session, SynthesisRequest
+from .worker import (
+    ComputeWorker,
+    Job,
+    JobAudio,
+    JobDone,
+    JobEvent,
+    JobFailed,
+    JobText,
+    JobWords,
+    Work,
+    synthesis,
+)
+
+Generate = Callable[[GenerationRequest], Work]
+"""Agent mode: the work that writes the reply a generation request asks for."""
 
 # Agent mode: each generated token pushes the generation's deadline back by this much, so
 # segments whose listeners run dry sooner go first ("a few tokens, then let speech run").
@@ -31,11 +45,10 @@ class SessionDriver:
         session: Session,
         worker: ComputeWorker,
         observe: Callable[[Session], None] = lambda _: None,
-        agent: AgentBackend | None = None,
+        generate: Generate | None = None,
     ) -> None:
         self.session = session
-        self._agent = agent
-        self._prompt_cache = agent.new_cache() if agent is not None else None
+        self._generate = generate
         self._worker = worker
         self._observe = observe
         self._loop = asyncio.get_running_loop()
@@ -51,8 +64,9 @@ class SessionDriver:
     async def next_item(self) -> Outgoing | None:
         """The next event or frame to send; None once the session asked to close."""
         while True:
-            item = self.session.pop(self.now())
+            item = self.session.outbox.pop()
             if item is not None:
+                self.session.sent(item, self.now())  # may free room for the next segment
                 self.sync()
                 return item
             if self.session.close_request is not None:
@@ -67,31 +81,12 @@ class SessionDriver:
     def sync(self) -> None:
         """Carry the session's requests out: jobs to the worker, wake the sender, set timer."""
         session = self.session
-        if session.queued_events < MAX_QUEUED_EVENTS:
+        if session.outbox.events < MAX_QUEUED_EVENTS:
             self._room.set()
         else:
             self._room.clear()
         for request in session.take_submissions():
-            on_event = partial(self._from_worker, request.job_id)
-            if isinstance(request, GenerationRequest):
-                assert self._agent is not None, "agent mode without an agent backend"
-                job = Job(
-                    text="",
-                    options=SynthesisOptions(),
-                    first=False,
-                    deadline=self.now(),
-                    on_event=on_event,
-                    work=self._agent.work(request.messages, request.max_tokens, self._prompt_cache),
-                    deadline_step=TOKEN_DEADLINE_STEP,
-                )
-            else:
-                job = Job(
-                    text=request.text,
-                    options=request.options,
-                    first=request.first,
-                    deadline=request.deadline,
-                    on_event=on_event,
-                )
+            job = self._job(request)
             self._jobs[request.job_id] = job
             self._worker.submit(job)
         for job_id in session.take_cancellations():
@@ -115,6 +110,19 @@ class SessionDriver:
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
+
+    def _job(self, request: Request) -> Job:
+        on_event = partial(self._from_worker, request.job_id)
+        match request:
+            case SynthesisRequest():
+                work = synthesis(request.text, request.options)
+                return Job(work, request.first, request.deadline, on_event)
+            case GenerationRequest():
+                assert self._generate is not None, "agent mode without a generator"
+                work = self._generate(request)
+                return Job(work, False, self.now(), on_event, TOKEN_DEADLINE_STEP)
+            case _:
+                assert_never(request)
 
     def _tick(self) -> None:
         self._timer = None
@@ -141,4 +149,6 @@ class SessionDriver:
             case JobFailed(message=message):
                 self._jobs.pop(job_id, None)
                 session.on_failed(job_id, message, now)
+            case _:
+                assert_never(event)
         self.sync()

@@ -1,18 +1,27 @@
-"""Error codes and the one exception type that carries them to the wire.
+"""Error codes, the one exception that carries them, and how each code is answered.
 
-Every refusal the service makes has a code from :class:`ErrorCode`; the session and the
-protocol parser raise :class:`VoicewsError`, and the server turns it into an ``error`` event
-in one place. Anything else that escapes is reported as ``internal_error`` with no details.
+Every refusal the service makes is a :class:`VoicewsError` with a code from :class:`ErrorCode`,
+caught in one place per endpoint and answered as :data:`ANSWERS` says::
+
+    VoicewsError(code, message, turn_id)
+    ├── on an open session (realtime.py): an ``error`` event; the session goes on
+    │   (after ``idle_timeout`` it closes with CloseCode.NORMAL_CLOSURE)
+    ├── at the WebSocket handshake (app.py): the HTTP status, a plain-text reason
+    └── over HTTP (the speech endpoint, app.py): the HTTP status and :func:`http_body`
+
+Anything else that escapes a session is reported as ``internal_error`` with no details.
 """
 
 from __future__ import annotations
 
-from enum import StrEnum
+import json
+from dataclasses import dataclass
+from enum import IntEnum, StrEnum
+from http import HTTPStatus
 
 
 class ErrorCode(StrEnum):
-    """Wire error codes. None closes the connection by itself; ``idle_timeout`` comes just
-    before the server closes (1000)."""
+    """Wire error codes, for ``error`` events and HTTP error bodies."""
 
     INVALID_JSON = "invalid_json"
     """A text frame that is not valid JSON. (Invalid UTF-8 closes the socket with 1007.)"""
@@ -39,9 +48,10 @@ class ErrorCode(StrEnum):
     TURN_DURATION_EXCEEDED = "turn_duration_exceeded"
     """The turn ran longer than ``limits.max_turn_seconds``; it is cut like a barge-in."""
     IDLE_TIMEOUT = "idle_timeout"
-    """No message and no turn for ``limits.idle_timeout_s``; the server then closes (1000)."""
+    """No message and no turn for ``limits.idle_timeout_s``; the server then closes."""
     SHUTTING_DOWN = "shutting_down"
-    """A ``turn_reset`` while the server drains; it closes (1001) once the live turn is done."""
+    """The server drains: a ``turn_reset`` is refused (the session closes once the live turn
+    is done), and so is a new connection or speech request."""
     AGENT_UNAVAILABLE = "agent_unavailable"
     """A ``user_message`` to a server started without ``--agent-model``."""
     GENERATION_FAILED = "generation_failed"
@@ -50,6 +60,65 @@ class ErrorCode(StrEnum):
     """The engine failed on the turn's text; the turn ends, the session goes on."""
     INTERNAL_ERROR = "internal_error"
     """A bug on our side; details are logged, never sent."""
+
+    # Before a session exists: refusals at the handshake or of an HTTP request.
+    NOT_FOUND = "not_found"
+    """A WebSocket handshake on a path other than the realtime endpoint."""
+    UNAUTHORIZED = "unauthorized"
+    """The server requires a bearer token and none, or a wrong one, was offered."""
+    ORIGIN_NOT_ALLOWED = "origin_not_allowed"
+    """A browser ``Origin`` that is not on the server's allow-list."""
+    SERVER_FULL = "server_full"
+    """The server holds its ``max_sessions`` sessions already."""
+    METHOD_NOT_ALLOWED = "method_not_allowed"
+    """The speech endpoint takes ``POST`` only."""
+    REQUEST_TOO_LARGE = "request_too_large"
+    """A speech request body over 1 MiB."""
+    INVALID_REQUEST = "invalid_request"
+    """A speech request body that is not JSON, or has a missing or invalid field; or a realtime
+    URL whose ``sample_rate`` or ``format`` is not one of the allowed values."""
+    INPUT_TOO_LONG = "input_too_long"
+    """A speech ``input`` over ``max_turn_text_chars``."""
+
+
+class CloseCode(IntEnum):
+    """The WebSocket close codes the service sends itself (RFC 6455's names)."""
+
+    NORMAL_CLOSURE = 1000
+    """After ``idle_timeout``."""
+    GOING_AWAY = 1001
+    """Server shutdown, once the session's live turn is done."""
+
+
+@dataclass(frozen=True, slots=True)
+class Answer:
+    """How a code reaches the client."""
+
+    event: bool = True
+    """On an open session, as an ``error`` event."""
+    status: HTTPStatus | None = None
+    """Before a session exists (a refused handshake, an HTTP request), with this status."""
+    headers: tuple[tuple[bytes, bytes], ...] = ()
+    """Headers an HTTP error response carries besides the body's."""
+
+
+def _http(status: HTTPStatus, *headers: tuple[bytes, bytes]) -> Answer:
+    return Answer(event=False, status=status, headers=headers)
+
+
+ANSWERS: dict[ErrorCode, Answer] = {code: Answer() for code in ErrorCode} | {
+    ErrorCode.SHUTTING_DOWN: Answer(status=HTTPStatus.SERVICE_UNAVAILABLE),
+    ErrorCode.NOT_FOUND: _http(HTTPStatus.NOT_FOUND),
+    ErrorCode.UNAUTHORIZED: _http(HTTPStatus.UNAUTHORIZED, (b"www-authenticate", b"Bearer")),
+    ErrorCode.ORIGIN_NOT_ALLOWED: _http(HTTPStatus.FORBIDDEN),
+    ErrorCode.SERVER_FULL: _http(HTTPStatus.SERVICE_UNAVAILABLE),
+    ErrorCode.METHOD_NOT_ALLOWED: _http(HTTPStatus.METHOD_NOT_ALLOWED, (b"allow", b"POST")),
+    ErrorCode.REQUEST_TOO_LARGE: _http(HTTPStatus.REQUEST_ENTITY_TOO_LARGE),
+    ErrorCode.INVALID_REQUEST: _http(HTTPStatus.BAD_REQUEST),
+    ErrorCode.INPUT_TOO_LONG: _http(HTTPStatus.REQUEST_ENTITY_TOO_LARGE),
+}
+SESSION_CODES = tuple(code for code in ErrorCode if ANSWERS[code].event)
+"""The codes an ``error`` event can carry (the schema lists them as examples)."""
 
 
 class VoicewsError(Exception):
@@ -60,3 +129,16 @@ class VoicewsError(Exception):
         self.code = code
         self.message = message
         self.turn_id = turn_id
+
+    @property
+    def status(self) -> int:
+        """The HTTP status that answers it before a session exists."""
+        status = ANSWERS[self.code].status
+        if status is None:
+            raise ValueError(f"{self.code} is only ever an error event")
+        return int(status)
+
+
+def http_body(error: VoicewsError) -> str:
+    """The body OpenAI clients read: ``{"error": {"code", "message"}}``."""
+    return json.dumps({"error": {"code": error.code, "message": error.message}}) + "\n"

@@ -44,9 +44,7 @@ class Metrics:
         )
         Gauge(
             "voicews_pending_audio_seconds", "Audio queued for sockets, all sessions", registry=r
-        ).set_function(
-            lambda: sum(s.pending_audio_samples / s.sample_rate for s in sessions.values())
-        )
+        ).set_function(lambda: sum(s.pending_audio_s for s in sessions.values()))
         Gauge("voicews_worker_queue_depth", "Jobs waiting for the worker", registry=r).set_function(
             lambda: worker.queued
         )

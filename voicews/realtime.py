@@ -19,16 +19,21 @@ from .session import Session
 
 
 class RealtimeConnection:
-    def __init__(self, driver: SessionDriver, receive: Receive, send: Send) -> None:
+    def __init__(
+        self, driver: SessionDriver, receive: Receive, send: Send, max_sessions: int
+    ) -> None:
         self.driver = driver
         self.session: Session = driver.session
+        self._max_sessions = max_sessions
         self._receive = receive
         self._send = send
 
     async def run(self) -> int | None:
         """Serve until either side closes; returns the close code the server sent, if any."""
         session = self.session
-        await self._send({"type": "websocket.send", "text": encode_event(session.created())})
+        await self._send(
+            {"type": "websocket.send", "text": encode_event(session.created(self._max_sessions))}
+        )
         session.start(self.driver.now())
         self.driver.sync()
         sender = asyncio.create_task(self._send_loop())
@@ -50,7 +55,7 @@ class RealtimeConnection:
         return sender.result() if sender.done() and not sender.cancelled() else None
 
     def drain(self) -> None:
-        """Server shutdown: let the current turn finish, then close with 1001."""
+        """Server shutdown: let the current turn finish, then close (going away)."""
         self.session.drain(self.driver.now())
         self.driver.sync()
 

@@ -2,7 +2,7 @@
 
 uvicorn moves the bytes (HTTP/1.1 through h11, WebSocket through the sans-I/O protocol of
 ``websockets``); the app decides. Shutdown drains first: new sessions are refused, live turns
-finish up to ``drain_timeout``, sessions close with 1001, then uvicorn stops.
+finish up to ``drain_timeout``, sessions close (going away), then uvicorn stops.
 """
 
 from __future__ import annotations
@@ -12,17 +12,22 @@ import contextlib
 import socket
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
 
 import uvicorn
 
 from . import logs
 from .access import AccessPolicy
-from .agent import AgentBackend
+from .agent.conversation import AgentConfig
+from .agent.server import AgentBackend
 from .app import AppConfig, VoicewsApp
 from .engines import engine_factory, engine_voices
 from .protocol import REALTIME_PATH
-from .session import AgentConfig, SessionConfig
+from .session import SessionConfig
 from .worker import ComputeWorker
+
+if TYPE_CHECKING:
+    from .wyoming import WyomingServer
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,11 +52,17 @@ class ServerConfig:
     ping_timeout: float = 20.0
     drain_timeout: float = 30.0
     """On shutdown, how long live turns may take to finish."""
+    max_sessions: int = 64
+    """Concurrent sessions, speech requests included; more are refused (HTTP 503). Each
+    session is told it in ``session_created.limits``."""
     session: SessionConfig = field(default_factory=SessionConfig)
     access: AccessPolicy = field(default_factory=AccessPolicy)
     agent_model: str | None = None
     """Agent mode: an mlx-lm model directory, repo id or ``.gguf`` that writes the replies to
     ``user_message``; it shares the compute worker (and the GPU) with speech."""
+    wyoming_uri: str | None = None
+    """``tcp://HOST:PORT``: also serve Wyoming (Home Assistant) text to speech there, through
+    the same sessions and worker (``voicews.wyoming``; needs the ``wyoming`` package)."""
 
 
 class _Embedded(uvicorn.Server):
@@ -70,6 +81,7 @@ class VoicewsServer:
             engine_factory(config.engine, config.voice, lanes), lanes=lanes
         )
         self.app: VoicewsApp | None = None
+        self.wyoming: WyomingServer | None = None
         self._uvicorn: _Embedded | None = None
         self._task: asyncio.Task[None] | None = None
         self._socket: socket.socket | None = None
@@ -88,11 +100,18 @@ class VoicewsServer:
             AppConfig(
                 session=session,
                 access=self.config.access,
-                voice_name=voices[0],
+                max_sessions=self.config.max_sessions,
             ),
             self.worker,
             agent,
         )
+        if self.config.wyoming_uri is not None:
+            from .wyoming import WyomingServer
+
+            self.wyoming = WyomingServer(
+                self.app, self.config.wyoming_uri, self.config.voice, self.config.socket_send_buffer
+            )
+            await self.wyoming.start()
         self._socket = self._listen()
         config = uvicorn.Config(
             self.app,
@@ -154,6 +173,8 @@ class VoicewsServer:
             logs.event("draining", sessions=len(self.app.sessions))
             finished = await self.app.drain(self.config.drain_timeout)
             logs.event("drained", all_finished=finished)
+        if self.wyoming is not None:
+            await self.wyoming.close()
         if self._uvicorn is not None and self._task is not None:
             self._uvicorn.should_exit = True
             await self._task

@@ -1,24 +1,29 @@
 """One connection's realtime session as a sans-I/O state machine.
 
-Messages and synthesis results go in with the current time; events, audio frames (in
-``outbox``), synthesis requests and cancellations come out. No sockets, threads or clocks:
+Messages, worker results and sent frames go in with the current time; events and audio frames
+(the ``outbox``), worker requests and cancellations come out. No sockets, threads or clocks:
 the server moves the bytes, the compute worker runs the requests, tests drive it directly.
 
 Turn lifecycle: ``turn_reset`` -> ``text_delta``* -> ``end_text`` -> drain -> ``turn_done``.
 A ``turn_reset`` while a turn is live is a barge-in: its queued audio is dropped, its
-synthesis is cancelled, and it ends at once with ``turn_done`` ``cancelled: true``.
+synthesis is cancelled, and it ends at once with ``turn_done`` ``cancelled: true``. In agent
+mode a ``user_message`` starts a turn whose text a language model writes.
 """
 
 from __future__ import annotations
 
 import itertools
-from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
+from typing import assert_never
 
-from .audio import Audio, StitchConfig, Stitcher, frames, to_pcm16
+from .agent.conversation import AgentConfig, Conversation, Message
+from .audio import Audio, StitchConfig
+from .encoding import FrameEncoder, OutputFormat
 from .engines.base import SynthesisOptions
-from .errors import ErrorCode, VoicewsError
+from .errors import CloseCode, ErrorCode, VoicewsError
+from .outbox import Outbox, Outgoing
+from .pacing import Pacing
 from .protocol import (
     AudioFormat,
     AudioFrame,
@@ -31,48 +36,20 @@ from .protocol import (
     Playback,
     Pong,
     ReplyDelta,
-    SegmentStarted,
     SessionCreated,
     SessionUpdate,
+    SessionUpdated,
     TextDelta,
     TurnDone,
     TurnReset,
     TurnStarted,
     UserMessage,
-    WordMark,
-    Words,
     unknown_voice,
 )
-from .segmenter import Segment, Segmenter, SegmenterConfig, Urgency
+from .segmenter import Segment, SegmenterConfig, Urgency
+from .turn import InFlight, Turn, TurnState
 
-Outgoing = (
-    SessionCreated
-    | TurnStarted
-    | ReplyDelta
-    | SegmentStarted
-    | Words
-    | TurnDone
-    | Error
-    | Pong
-    | AudioFrame
-)
-# Seconds from submitting a segment to its first audio, per character of its text (the
-# engine may compute the whole segment first), until measured; short texts count as 20.
-_INITIAL_LATENCY_PER_CHAR = 0.1 / 20
-_MIN_CHARS = 20
 _STALL_TOLERANCE = 0.02  # a frame this late after the listener ran dry counts as a stall
-
-
-@dataclass(frozen=True, slots=True)
-class AgentConfig:
-    """Agent mode: the server generates replies to ``user_message`` with a language model."""
-
-    max_tokens: int = 200
-    history_messages: int = 20
-    """Messages of conversation kept per session (the system prompt aside)."""
-    system_prompt: str = (
-        "You are a helpful voice assistant. Answer briefly, in plain spoken sentences."
-    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,8 +67,6 @@ class SessionConfig:
     synthesis latency the session has been seeing; at any word once a third of it is left."""
     max_messages_per_second: int = 200
     """Sustained client message rate; bursts of one second's worth are allowed."""
-    max_sessions: int = 64
-    """Concurrent sessions per server; more are refused at connect time (HTTP 503)."""
     idle_timeout_s: float = 300.0
     """A session with no turn and no message for this long is closed."""
     max_turn_seconds: float = 600.0
@@ -102,14 +77,15 @@ class SessionConfig:
     voices: tuple[str, ...] = ()
     """The engine's voices (``engines.engine_voices``), the default first."""
 
-    def limits(self) -> Limits:
+    def limits(self, max_sessions: int) -> Limits:
+        """What a session enforces, and what its server admits (``max_sessions``)."""
         return Limits(
             max_message_bytes=self.max_message_bytes,
             max_turn_text_chars=self.max_turn_text_chars,
             max_pending_text_chars=self.max_pending_text_chars,
             max_pending_audio_ms=self.max_pending_audio_ms,
             max_messages_per_second=self.max_messages_per_second,
-            max_sessions=self.max_sessions,
+            max_sessions=max_sessions,
             idle_timeout_s=self.idle_timeout_s,
             max_turn_seconds=self.max_turn_seconds,
         )
@@ -132,7 +108,7 @@ class SessionStats:
 class Close:
     """The session asks its connection to close once the outbox is sent."""
 
-    code: int
+    code: CloseCode
     reason: str
 
 
@@ -155,74 +131,60 @@ class GenerationRequest:
 
     job_id: int
     turn_id: str
-    messages: tuple[dict[str, str], ...]
-    max_tokens: int
+    messages: tuple[Message, ...]
+    config: AgentConfig
 
 
 Request = SynthesisRequest | GenerationRequest
 
 
-@dataclass
-class _Turn:
-    id: str
-    segmenter: Segmenter
-    stitcher: Stitcher
-    last_delta: float
-    closed: bool = False
-    text_chars: int = 0
-    job: SynthesisRequest | None = None
-    segment: Segment | None = None
-    job_audio: bool = False  # the job in flight has produced audio
-    announced: bool = False
-    first_submitted: bool = False
-    started: float = 0.0
-    first_delta: float | None = None
-    seq: int = 0
-    samples_queued: int = 0
-    samples_sent: int = 0
-    samples_played: int | None = None  # as the client last reported
-    spoken: list[tuple[int, str]] = field(default_factory=list)  # (start_sample, text)
-    play_end: float | None = None  # when a real-time listener runs out of audio
-    generation: GenerationRequest | None = None  # agent mode: the reply being generated
-    reply: list[str] | None = None  # agent mode: the reply's text so far
-
-
 class Session:
-    def __init__(self, session_id: str, sample_rate: int, config: SessionConfig) -> None:
+    def __init__(
+        self,
+        session_id: str,
+        sample_rate: int,
+        config: SessionConfig,
+        audio: OutputFormat | None = None,
+    ) -> None:
+        """``sample_rate`` is the engine's; ``audio`` what the frames carry (default: PCM16
+        at the engine's rate)."""
         self.id = session_id
         self.config = config
         self.sample_rate = sample_rate
-        self.outbox: deque[Outgoing] = deque()
-        self._outbox_samples = 0
-        self._outbox_frames = 0
-        self._frame_samples = max(1, sample_rate * config.frame_ms // 1000)
-        self._max_pending = sample_rate * config.max_pending_audio_ms // 1000
+        self.audio = audio or OutputFormat(sample_rate)
+        """The output format of turns started from now on."""
+        self.outbox = Outbox(high=self._pending_limit(self.audio.sample_rate))
+        """What to send, in order; a frame taken from it goes back in through ``sent``."""
+        self.close_request: Close | None = None
+        self.stats = SessionStats()
         self._options = SynthesisOptions()
-        self._turn: _Turn | None = None
+        self._pacing = Pacing(config.stall_guard_ms, config.segmenter.max_chars)
+        self._conversation = Conversation(config.agent) if config.agent else None
+        self._turn: Turn | None = None
+        self._finished: Turn | None = None  # ended, but its last frames may still be queued
         self._last_turn_id: str | None = None
         self._job_ids = itertools.count(1)
-        self._latency_per_char = _INITIAL_LATENCY_PER_CHAR
-        self._submissions: list[Request] = []
-        self._history: list[dict[str, str]] = []
         self._reply_ids = itertools.count(1)
+        self._submissions: list[Request] = []
         self._cancellations: list[int] = []
         self._bucket = float(config.max_messages_per_second)
         self._bucket_at: float | None = None
         self._last_activity = 0.0
         self._draining = False
-        self.close_request: Close | None = None
-        self.stats = SessionStats()
-        self._finished: _Turn | None = None  # ended, but its last frames may still be queued
 
     # --- inputs ---------------------------------------------------------------------------
 
-    def created(self) -> SessionCreated:
+    def created(self, max_sessions: int) -> SessionCreated:
         return SessionCreated(
             session_id=self.id,
-            audio=AudioFormat(sample_rate=self.sample_rate),
-            limits=self.config.limits(),
+            audio=self._audio_format(),
+            limits=self.config.limits(max_sessions),
             voices=list(self.config.voices) or None,
         )
+
+    def start(self, now: float) -> None:
+        """The connection is open: the idle clock starts now."""
+        self._last_activity = now
 
     def admit(self, now: float) -> bool:
         """Count one client frame against the rate limit; False (and an error) if over it."""
@@ -243,15 +205,6 @@ class Session:
         self._bucket -= 1.0
         return True
 
-    def drain(self, now: float) -> None:
-        """Server shutdown: finish the current turn, start no new one, then close."""
-        self._draining = True
-        self._pump(now)
-
-    def start(self, now: float) -> None:
-        """The connection is open: the idle clock starts now."""
-        self._last_activity = now
-
     def handle(self, message: ClientMessage, now: float) -> None:
         """Apply one client message; a refusal becomes an ``error`` event in the outbox."""
         try:
@@ -261,16 +214,13 @@ class Session:
                 case TextDelta():
                     self._text_delta(message.text, now)
                 case EndText():
-                    self._end_text(now)
+                    self._close_text(self._open_turn("end_text"), now)
                 case Cancel():
                     if self._turn is None:
                         raise VoicewsError(ErrorCode.NO_ACTIVE_TURN, "cancel: no live turn")
                     self._cut(self._turn, now)
                 case SessionUpdate():
-                    if message.voice is not None and message.voice not in self.config.voices:
-                        raise unknown_voice(message.voice, self.config.voices)
-                    changes = message.model_dump(exclude={"type"}, exclude_none=True)
-                    self._options = replace(self._options, **changes)
+                    self._update(message)
                 case UserMessage():
                     self._user_message(message.text, message.turn_id, now)
                 case Playback():
@@ -278,6 +228,8 @@ class Session:
                 case Ping():
                     # In order with everything else: a pong also shows what is still queued.
                     self.outbox.append(Pong(id=message.id))
+                case _:
+                    assert_never(message)
         except VoicewsError as exc:
             self.report(exc)
 
@@ -286,75 +238,64 @@ class Session:
         self.outbox.append(Error(code=exc.code, message=exc.message, turn_id=exc.turn_id))
 
     def on_audio(self, job_id: int, audio: Audio, now: float) -> None:
-        turn = self._job_turn(job_id)
-        if turn is None or turn.job is None:
+        if (found := self._synthesis(job_id)) is None:
             return
-        if not turn.job_audio:
-            turn.job_audio = True
-            self._observe_latency(now - turn.job.submitted_at, len(turn.job.text))
-        self._emit(turn, turn.stitcher.push(audio))
+        turn, job = found
+        if not job.sounded:
+            job.sounded = True
+            self._pacing.observe(now - job.submitted_at, len(job.segment.text))
+        self.outbox.extend(turn.track.push(audio))
 
     def on_words(self, job_id: int, starts: Sequence[int]) -> None:
         """The engine placed the segment's words: tell the client, and keep them, so a cut
         turn's ``heard_text`` ends at the last word that had started playing."""
-        turn = self._job_turn(job_id)
-        if turn is None or turn.segment is None or not turn.announced:
-            return
-        words = turn.segment.text.split()
-        if len(starts) != len(words):
-            return  # an engine that miscounted: the segment stays one unit
-        base, skipped = turn.spoken[-1][0], turn.stitcher.skipped  # the segment's start
-        marks = [
-            WordMark(text=word, start_sample=base + max(0, start - skipped))
-            for word, start in zip(words, starts, strict=True)
-        ]
-        self.outbox.append(Words(turn_id=turn.id, words=marks))
-        turn.spoken[-1:] = [(mark.start_sample, mark.text) for mark in marks]
+        found = self._synthesis(job_id)
+        if found is not None and (words := found[0].track.place_words(starts)) is not None:
+            self.outbox.append(words)
 
     def on_text(self, job_id: int, text: str, now: float) -> None:
         """Agent mode: a delta of the reply being generated; it is spoken like client text."""
-        turn = self._generating(job_id)
+        turn = self._writing(job_id)
         if turn is None or turn.reply is None:
             return
         turn.reply.append(text)
         self.outbox.append(ReplyDelta(turn_id=turn.id, text=text))
-        turn.segmenter.feed(text)
-        turn.text_chars += len(text)
-        turn.last_delta = now
-        if turn.first_delta is None and text.strip():
-            turn.first_delta = now
-        self._pump(now)
+        self._feed(turn, text, now)
 
     def on_done(self, job_id: int, now: float) -> None:
-        if (generating := self._generating(job_id)) is not None:
-            self._reply_complete(generating, now)
-            return
-        turn = self._job_turn(job_id)
-        if turn is None or turn.segment is None:
-            return
-        self._emit(turn, turn.stitcher.end_segment(turn.segment.boundary))
-        turn.job = turn.segment = None
-        self._pump(now)
+        if (writing := self._writing(job_id)) is not None:
+            self._close_text(writing, now)
+        elif (found := self._synthesis(job_id)) is not None:
+            turn, job = found
+            self.outbox.extend(turn.track.end(job.segment.boundary))
+            turn.in_flight = None
+            self._pump(now)
 
     def on_failed(self, job_id: int, message: str, now: float) -> None:
-        if (generating := self._generating(job_id)) is not None:
-            self.report(
-                VoicewsError(
-                    ErrorCode.GENERATION_FAILED,
-                    f"reply generation failed: {message}",
-                    generating.id,
-                )
-            )
-            self._reply_complete(generating, now)
+        if (writing := self._writing(job_id)) is not None:
+            why = f"reply generation failed: {message}"
+            self.report(VoicewsError(ErrorCode.GENERATION_FAILED, why, writing.id))
+            self._close_text(writing, now)  # speak what was written
+        elif (found := self._synthesis(job_id)) is not None:
+            turn, _ = found
+            why = f"synthesis failed: {message}"
+            self.report(VoicewsError(ErrorCode.SYNTHESIS_FAILED, why, turn.id))
+            turn.in_flight = None
+            self._finish(turn, now, "failed")
+
+    def sent(self, item: Outgoing, now: float) -> None:
+        """``item``, taken from the outbox, goes to the client now. A frame plays for the
+        listener, and the room it frees may let the next segment go (``take_submissions``)."""
+        if not isinstance(item, AudioFrame):
             return
-        turn = self._job_turn(job_id)
-        if turn is None:
-            return
-        self.report(
-            VoicewsError(ErrorCode.SYNTHESIS_FAILED, f"synthesis failed: {message}", turn.id)
-        )
-        turn.job = turn.segment = None
-        self._finish(turn, now, cancelled=True, outcome="failed")
+        turn = self._turn if self._turn is not None else self._finished
+        if turn is not None and turn.id == item.turn_id:
+            if not turn.listener.started and turn.first_delta is not None:
+                self.stats.first_audio.append(now - turn.first_delta)
+            waited = turn.listener.add(item.samples, now)
+            if waited > _STALL_TOLERANCE:
+                self.stats.stalls.append(waited)
+        self._pump(now)
 
     def tick(self, now: float) -> None:
         """Time passed: flush, stall-guard, turn-duration or idle deadlines may have come."""
@@ -379,41 +320,22 @@ class Session:
                     f"no turn and no message for {self.config.idle_timeout_s:g} s; closing",
                 )
             )
-            self.close_request = Close(1000, "idle timeout")
+            self.close_request = Close(CloseCode.NORMAL_CLOSURE, "idle timeout")
+        self._pump(now)
+
+    def drain(self, now: float) -> None:
+        """Server shutdown: finish the current turn, start no new one, then close."""
+        self._draining = True
         self._pump(now)
 
     def close(self) -> None:
-        """The connection is gone: cancel synthesis and drop everything queued."""
+        """The connection is gone: cancel the worker's jobs and drop everything queued."""
         if self._turn is not None:
-            self._cancel_jobs(self._turn)
+            self._cancellations += self._turn.jobs()
         self._turn = None
         self.outbox.clear()
-        self._outbox_samples = self._outbox_frames = 0
 
-    # --- outputs --------------------------------------------------------------------------
-
-    def pop(self, now: float) -> Outgoing | None:
-        """The next thing to send; call it when the socket can take more."""
-        if not self.outbox:
-            return None
-        item = self.outbox.popleft()
-        if isinstance(item, AudioFrame):
-            self._outbox_samples -= item.samples
-            self._outbox_frames -= 1
-            turn = self._turn if self._turn is not None else self._finished
-            if turn is not None and turn.id == item.turn_id:
-                turn.samples_sent += item.samples
-                if turn.play_end is None:
-                    if turn.first_delta is not None:
-                        self.stats.first_audio.append(now - turn.first_delta)
-                    start = now
-                else:
-                    if now - turn.play_end > _STALL_TOLERANCE:
-                        self.stats.stalls.append(now - turn.play_end)
-                    start = max(turn.play_end, now)
-                turn.play_end = start + item.samples / self.sample_rate
-            self._pump(now)
-        return item
+    # --- outputs (and the outbox) ---------------------------------------------------------
 
     def take_submissions(self) -> list[Request]:
         out, self._submissions = self._submissions, []
@@ -431,33 +353,32 @@ class Session:
                 return None
             return self._last_activity + self.config.idle_timeout_s
         limit = turn.started + self.config.max_turn_seconds
-        if turn.job is not None or turn.closed or self._paused or not turn.segmenter.has_text:
+        # Time alone cuts no segment while one is out, all the text is in, the outbox is
+        # full, or there is no text: only the duration limit can come.
+        if turn.in_flight or turn.state is TurnState.CLOSED or self.outbox.full:
             return limit
-        times = [limit, turn.last_delta + self.config.idle_flush_ms / 1000]
-        if turn.play_end is not None:
-            for guard in self._guards(turn):
-                if turn.play_end - guard > now:
-                    times.append(turn.play_end - guard)
-        return min(times)
+        if not turn.segmenter.has_text:
+            return limit
+        flush = turn.last_delta + self.config.idle_flush_ms / 1000
+        cuts = self._pacing.cut_times(turn.listener.end, turn.segmenter.pending_chars)
+        return min([limit, flush, *(t for t in cuts if t > now)])
 
     @property
-    def pending_audio_samples(self) -> int:
-        return self._outbox_samples
+    def pending_audio_s(self) -> float:
+        """Seconds of audio waiting for the socket, at the output rate of its turn."""
+        turn = self._turn if self._turn is not None else self._finished
+        rate = turn.listener.sample_rate if turn is not None else self.audio.sample_rate
+        return self.outbox.samples / rate
 
     @property
     def synthesizing(self) -> bool:
         """A segment of this session is with the compute worker."""
-        return self._turn is not None and self._turn.job is not None
+        return self._turn is not None and self._turn.in_flight is not None
 
     @property
-    def queued_events(self) -> int:
-        """Events (not audio frames) waiting to be sent: the I/O layer stops reading the
-        client while many are queued, so a flood that is never read cannot grow them."""
-        return len(self.outbox) - self._outbox_frames
-
-    @property
-    def _paused(self) -> bool:
-        return self._outbox_samples >= self._max_pending
+    def history(self) -> list[Message]:
+        """Agent mode: the conversation so far, each reply as far as it was heard."""
+        return list(self._conversation.history) if self._conversation else []
 
     # --- the machine ----------------------------------------------------------------------
 
@@ -475,134 +396,92 @@ class Session:
         if self._turn is not None:
             self._cut(self._turn, now)
         self._last_turn_id = turn_id
-        self._turn = _Turn(
-            id=turn_id,
-            segmenter=Segmenter(self.config.segmenter),
-            stitcher=Stitcher(self.sample_rate, self.config.stitch),
-            last_delta=now,
-            started=now,
-        )
+        config = self.config
+        # The turn's own encoder: a format change applies from the next turn.
+        encoder = FrameEncoder(self.sample_rate, self.audio, config.frame_ms)
+        self._turn = Turn(turn_id, now, self.sample_rate, encoder, config.segmenter, config.stitch)
+        # Queued frames of a finished turn at another rate count at this one's: a soft bound.
+        self.outbox.high = self._pending_limit(encoder.sample_rate)
         self.outbox.append(TurnStarted(turn_id=turn_id))
 
-    def _cut(self, turn: _Turn, now: float) -> None:
-        """End a live turn at once: drop its queued audio, cancel its synthesis."""
-        self._cancel_jobs(turn)
-        self._drop_queued(turn.id)
-        heard = min(turn.samples_sent, turn.samples_played or turn.samples_sent)
-        heard_text = " ".join(text for start, text in turn.spoken if start < heard)
-        if turn.reply is not None and heard_text:
-            self._remember("assistant", heard_text)  # what the user heard, not what was planned
+    def _update(self, message: SessionUpdate) -> None:
+        """Voice options apply from the next segment, the audio format from the next turn;
+        a refused update changes nothing."""
+        if message.voice is not None and message.voice not in self.config.voices:
+            raise unknown_voice(message.voice, self.config.voices)
+        audio = self.audio
+        if message.audio is not None:
+            try:
+                audio = audio.updated(message.audio.sample_rate, message.audio.format)
+            except ValueError as exc:
+                raise VoicewsError(ErrorCode.INVALID_MESSAGE, str(exc)) from None
+        changes = message.model_dump(exclude={"type", "audio"}, exclude_none=True)
+        self._options = replace(self._options, **changes)
+        self.audio = audio
+        live = self._turn.id if self._turn is not None else None
         self.outbox.append(
-            TurnDone(
-                turn_id=turn.id, samples=turn.samples_sent, cancelled=True, heard_text=heard_text
+            SessionUpdated(
+                audio=self._audio_format(),
+                speed=self._options.speed,
+                voice=self._options.voice or next(iter(self.config.voices), None),
+                live_turn_id=live,
             )
         )
-        self.stats.turns.append("cancelled")
-        self._turn = None
-        self._last_activity = now
 
-    def _cancel_jobs(self, turn: _Turn) -> None:
-        for request in (turn.job, turn.generation):
-            if request is not None:
-                self._cancellations.append(request.job_id)
+    def _audio_format(self) -> AudioFormat:
+        return AudioFormat(sample_rate=self.audio.sample_rate, format=self.audio.format)
+
+    def _pending_limit(self, rate: int) -> int:
+        """Samples of queued audio at ``rate`` that pause synthesis."""
+        return rate * self.config.max_pending_audio_ms // 1000
 
     def _user_message(self, text: str, turn_id: str | None, now: float) -> None:
-        agent = self.config.agent
-        if agent is None:
+        conversation = self._conversation
+        if conversation is None:
             raise VoicewsError(
                 ErrorCode.AGENT_UNAVAILABLE,
                 "user_message needs a server started with --agent-model; send text_delta",
             )
         self._turn_reset(turn_id or f"reply-{next(self._reply_ids)}", now)
-        turn = self._turn
-        assert turn is not None
-        self._remember("user", text)
+        assert self._turn is not None
+        conversation.user(text)
         request = GenerationRequest(
             job_id=next(self._job_ids),
-            turn_id=turn.id,
-            messages=({"role": "system", "content": agent.system_prompt}, *self._history),
-            max_tokens=agent.max_tokens,
+            turn_id=self._turn.id,
+            messages=tuple(conversation.prompt()),
+            config=conversation.config,
         )
-        turn.generation, turn.reply = request, []
+        self._turn.write(request.job_id)
         self._submissions.append(request)
-
-    def _remember(self, role: str, content: str) -> None:
-        """Bounded history that starts with a user message, as chat templates expect."""
-        assert self.config.agent is not None
-        self._history.append({"role": role, "content": content})
-        del self._history[: max(0, len(self._history) - self.config.agent.history_messages)]
-        while self._history and self._history[0]["role"] != "user":
-            del self._history[0]
-
-    def _generating(self, job_id: int) -> _Turn | None:
-        """The turn whose reply ``job_id`` generates; None for a cancelled generation."""
-        turn = self._turn
-        return turn if turn is not None and _is(turn.generation, job_id) else None
-
-    def _reply_complete(self, turn: _Turn, now: float) -> None:
-        """The reply is fully generated: remember it, and let the turn drain as after end_text."""
-        turn.generation = None
-        if turn.reply:
-            self._remember("assistant", "".join(turn.reply).strip())
-        turn.closed = True
-        turn.segmenter.close()
-        self._pump(now)
-
-    @property
-    def history(self) -> list[dict[str, str]]:
-        return list(self._history)
 
     def _text_delta(self, text: str, now: float) -> None:
         turn = self._open_turn("text_delta")
-        if turn.text_chars + len(text) > self.config.max_turn_text_chars:
-            raise VoicewsError(
-                ErrorCode.TURN_TEXT_TOO_LONG,
-                f"turn text would exceed {self.config.max_turn_text_chars} characters; "
-                "delta refused",
-                turn.id,
-            )
-        if turn.segmenter.pending_chars + len(text) > self.config.max_pending_text_chars:
-            raise VoicewsError(
-                ErrorCode.TEXT_BACKLOG_FULL,
-                f"unspoken text would exceed {self.config.max_pending_text_chars} characters; "
-                "delta refused, send it again once audio has been read",
-                turn.id,
-            )
-        turn.segmenter.feed(text)
-        turn.text_chars += len(text)
-        turn.last_delta = now
-        if turn.first_delta is None and text.strip():
-            turn.first_delta = now
+        turn.check_delta(text, self.config.max_turn_text_chars, self.config.max_pending_text_chars)
+        self._feed(turn, text, now)
+
+    def _feed(self, turn: Turn, text: str, now: float) -> None:
+        turn.feed(text, now)
         self._pump(now)
 
-    def _end_text(self, now: float) -> None:
-        turn = self._open_turn("end_text")
-        turn.closed = True
-        turn.segmenter.close()
+    def _close_text(self, turn: Turn, now: float) -> None:
+        turn.close_text()
         self._pump(now)
 
     def _playback(self, turn_id: str, samples_played: int) -> None:
         turn = self._turn
-        if turn is None or turn.id != turn_id:
-            return  # a report about a finished turn: nothing left to decide with it
-        turn.samples_played = max(turn.samples_played or 0, samples_played)
+        if turn is not None and turn.id == turn_id:  # else a finished turn: nothing to decide
+            turn.played(samples_played)
 
-    def _open_turn(self, what: str) -> _Turn:
+    def _open_turn(self, what: str) -> Turn:
+        """The turn a client message about text is for; refused if there is none open."""
         turn = self._turn
         if turn is None:
-            hint = (
-                f"turn {self._last_turn_id!r} is done"
-                if self._last_turn_id
-                else "no turn was started"
-            )
+            last = self._last_turn_id
+            hint = f"turn {last!r} is done" if last else "no turn was started"
             raise VoicewsError(
                 ErrorCode.NO_ACTIVE_TURN, f"{what} refused: {hint}; send turn_reset first"
             )
-        if turn.closed or turn.reply is not None:
-            why = "it is a generated reply" if turn.reply is not None else "end_text was sent"
-            raise VoicewsError(
-                ErrorCode.TURN_CLOSED, f"{what} refused for turn {turn.id!r}: {why}", turn.id
-            )
+        turn.take(what)
         return turn
 
     def _pump(self, now: float) -> None:
@@ -611,120 +490,87 @@ class Session:
         if turn is None:
             self._close_if_drained()
             return
-        if turn.job is not None:
+        if turn.in_flight is not None:
             return
-        if not self._paused:
+        if not self.outbox.full:
             segment = turn.segmenter.next_segment(self._urgency(turn, now))
             if segment is not None:
                 self._submit(turn, segment, now)
                 return
-        if turn.closed and not turn.segmenter.has_text:
-            self._finish(turn, now, cancelled=False, outcome="done")
+        if turn.drained:
+            self._finish(turn, now, "done")
 
-    def _close_if_drained(self) -> None:
-        if self._draining and self._turn is None and self.close_request is None:
-            self.close_request = Close(1001, "server shutting down")
-
-    def _urgency(self, turn: _Turn, now: float) -> Urgency:
-        idle = not turn.closed and now - turn.last_delta >= self.config.idle_flush_ms / 1000
+    def _urgency(self, turn: Turn, now: float) -> Urgency:
+        idle = turn.idle(now, self.config.idle_flush_ms / 1000)
         if not turn.first_submitted:
             return Urgency.FLUSH if idle else Urgency.FIRST
         if idle:
             return Urgency.FLUSH
-        clause_guard, word_guard = self._guards(turn)
-        ahead = self._ahead(turn, now)
-        if ahead <= word_guard:
-            return Urgency.CRITICAL
-        if ahead <= clause_guard:
-            return Urgency.URGENT
-        return Urgency.RELAXED
+        ahead = turn.listener.left(now) + self.outbox.samples / turn.listener.sample_rate
+        return self._pacing.urgency(ahead, turn.segmenter.pending_chars)
 
-    def _guards(self, turn: _Turn) -> tuple[float, float]:
-        """Audio left at which to cut at a clause, and at which to cut at any word.
-
-        Both leave room for synthesizing all the pending text (up to a segment's cap) at the
-        latency per character this session has been seeing.
-        """
-        chars = min(turn.segmenter.pending_chars, self.config.segmenter.max_chars)
-        latency = self._latency_per_char * max(chars, _MIN_CHARS)
-        margin = self.config.stall_guard_ms / 1000
-        return latency + margin, latency + margin / 3
-
-    def _observe_latency(self, seconds: float, chars: int) -> None:
-        """Rise at once with a slower job, decay slowly after."""
-        sample = seconds / max(chars, _MIN_CHARS)
-        old = self._latency_per_char
-        self._latency_per_char = sample if sample > old else 0.9 * old + 0.1 * sample
-
-    def _ahead(self, turn: _Turn, now: float) -> float:
-        """Seconds of audio the listener has left, counting audio not yet sent."""
-        played = 0.0 if turn.play_end is None else max(turn.play_end - now, 0.0)
-        return played + self._outbox_samples / self.sample_rate
-
-    def _submit(self, turn: _Turn, segment: Segment, now: float) -> None:
+    def _submit(self, turn: Turn, segment: Segment, now: float) -> None:
         first = not turn.first_submitted
+        end = turn.listener.end
         request = SynthesisRequest(
             job_id=next(self._job_ids),
             turn_id=turn.id,
             text=segment.text,
             options=self._options,
             first=first,
-            deadline=now if first or turn.play_end is None else turn.play_end,
+            deadline=now if first or end is None else end,
             submitted_at=now,
         )
-        turn.job, turn.segment = request, segment
-        turn.job_audio = turn.announced = False
+        turn.in_flight = InFlight(request.job_id, segment, now)
         turn.first_submitted = True
-        turn.stitcher.begin_segment()
+        turn.track.begin(segment.text)
         self._submissions.append(request)
 
-    def _job_turn(self, job_id: int) -> _Turn | None:
-        """The turn a result belongs to; None for results of cancelled jobs."""
+    def _synthesis(self, job_id: int) -> tuple[Turn, InFlight] | None:
+        """The turn and segment a synthesis result belongs to; None for a cancelled job."""
         turn = self._turn
-        return turn if turn is not None and _is(turn.job, job_id) else None
+        job = turn.in_flight if turn is not None else None
+        return (turn, job) if turn and job and job.job_id == job_id else None
 
-    def _emit(self, turn: _Turn, audio: Audio) -> None:
-        if audio.size == 0:
-            return
-        if not turn.announced and turn.segment is not None:
-            self.outbox.append(
-                SegmentStarted(
-                    turn_id=turn.id, text=turn.segment.text, start_sample=turn.samples_queued
-                )
-            )
-            turn.spoken.append((turn.samples_queued, turn.segment.text))
-            turn.announced = True
-        for pcm in frames(to_pcm16(audio), self._frame_samples):
-            frame = AudioFrame(turn.id, turn.seq, turn.samples_queued, pcm)
-            turn.seq += 1
-            turn.samples_queued += frame.samples
-            self._outbox_samples += frame.samples
-            self._outbox_frames += 1
-            self.outbox.append(frame)
+    def _writing(self, job_id: int) -> Turn | None:
+        """The turn whose text ``job_id`` writes; None for a cancelled generation."""
+        turn = self._turn
+        return turn if turn is not None and turn.writer == job_id else None
 
-    def _finish(self, turn: _Turn, now: float, cancelled: bool, outcome: str) -> None:
-        """End a turn whose queued audio still goes out (drained, or stopped by a failure)."""
-        self._emit(turn, turn.stitcher.finish())
+    def _cut(self, turn: Turn, now: float) -> None:
+        """End a live turn at once: drop its queued audio, cancel its jobs."""
+        self._cancellations += turn.jobs()
+        self.outbox.drop_turn(turn.id)
+        heard = turn.heard()
+        self._remember_reply(turn, heard)  # what the user heard, not what was planned
+        done = TurnDone(
+            turn_id=turn.id, samples=turn.listener.received, cancelled=True, heard_text=heard
+        )
+        self.outbox.append(done)
+        self.stats.turns.append("cancelled")
+        self._turn = None
+        self._last_activity = now
+
+    def _finish(self, turn: Turn, now: float, outcome: str) -> None:
+        """End a turn whose queued audio still goes out: drained, or stopped by a failure."""
+        self._cancellations += turn.jobs()
+        self.outbox.extend(turn.track.finish())
+        done = outcome == "done"
+        if turn.reply is not None:  # all of it, or as much as was spoken
+            spoken = turn.track.heard(turn.track.samples)
+            self._remember_reply(turn, "".join(turn.reply).strip() if done else spoken)
         self.outbox.append(
-            TurnDone(turn_id=turn.id, samples=turn.samples_queued, cancelled=cancelled)
+            TurnDone(turn_id=turn.id, samples=turn.track.samples, cancelled=not done)
         )
         self.stats.turns.append(outcome)
         self._turn, self._finished = None, turn
         self._last_activity = now  # the idle clock starts when the turn ends
         self._close_if_drained()
 
-    def _drop_queued(self, turn_id: str) -> None:
-        """Barge-in: the old turn's unsent audio, segment and word events go; errors stay."""
-        kept: deque[Outgoing] = deque()
-        for item in self.outbox:
-            if isinstance(item, AudioFrame | SegmentStarted | Words) and item.turn_id == turn_id:
-                if isinstance(item, AudioFrame):
-                    self._outbox_samples -= item.samples
-                    self._outbox_frames -= 1
-                continue
-            kept.append(item)
-        self.outbox = kept
+    def _remember_reply(self, turn: Turn, heard: str) -> None:
+        if turn.reply is not None and self._conversation is not None:
+            self._conversation.assistant(heard)
 
-
-def _is(request: Request | None, job_id: int) -> bool:
-    return request is not None and request.job_id == job_id
+    def _close_if_drained(self) -> None:
+        if self._draining and self._turn is None and self.close_request is None:
+            self.close_request = Close(CloseCode.GOING_AWAY, "server shutting down")

@@ -1,12 +1,13 @@
-"""The compute worker: it owns the engine and runs every session's synthesis.
+"""The compute worker: it owns the engine and runs every session's compute on its thread.
 
-Jobs are scheduled by urgency, one engine chunk at a time: a turn's first segment goes before
-any later segment, and later segments go in order of playback deadline (the session whose
-listener runs dry first). A running job is resumed chunk by chunk from its generator, so a
-first segment arriving mid-job overtakes it at the next chunk. Each session has at most one
-job queued, so the queue is bounded by the number of sessions. An engine that can run on
-several threads at once (onnxruntime on a CPU) is served by several lanes taking from the same
-queue: on a CPU, two single-threaded inferences side by side do more than one on two threads.
+Jobs are scheduled by urgency, one step at a time: a turn's first segment goes before any
+later work, and the rest goes in order of playback deadline (the session whose listener runs
+dry first). A running job is resumed step by step from its generator, so a first segment
+arriving mid-job overtakes it at the next step. A session has at most one synthesis job
+queued (and in agent mode one generation besides), so the queue is bounded by the number of
+sessions. An engine that can run on several threads at once (onnxruntime on a CPU) is served
+by several lanes taking from the same queue: on a CPU, two single-threaded inferences side by
+side do more than one on two threads.
 """
 
 from __future__ import annotations
@@ -19,6 +20,9 @@ import time
 from collections import deque
 from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass, field
+from typing import assert_never
+
+import numpy as np
 
 from .audio import Audio
 from .engines.base import Engine, SynthesisOptions, WordStarts
@@ -58,24 +62,30 @@ class JobFailed:
 
 JobEvent = JobAudio | JobText | JobWords | JobDone | JobFailed
 Work = Callable[[Engine], Iterator["Audio | WordStarts | str"]]
+"""What a job runs on the compute thread: a generator of audio chunks and word starts (a
+segment's synthesis) or of text deltas (a reply's generation), advanced one item per step."""
+
+
+def synthesis(text: str, options: SynthesisOptions) -> Work:
+    """The work of speaking ``text``."""
+    return lambda engine: engine.synthesize(text, options)
 
 
 @dataclass(eq=False)
 class Job:
-    """One segment to synthesize (or, with ``work``, any generator that must run on the
-    compute thread, such as LLM generation); ``on_event`` is called on the worker thread."""
+    """One piece of work for the compute thread; ``on_event`` is called on that thread."""
 
-    text: str
-    options: SynthesisOptions
+    run: Work
     first: bool
+    """A turn's first segment: it goes before everything else."""
     deadline: float
+    """When the listener runs dry; earlier goes first."""
     on_event: Callable[[JobEvent], None]
-    work: Work | None = None
     deadline_step: float = 0.0
     """Added to ``deadline`` after each step: a long generation yields to segments whose
     listeners run dry sooner, instead of holding its place."""
     cancelled: bool = False
-    _chunks: Iterator[Audio | WordStarts | str] | None = field(default=None, repr=False)
+    _steps: Iterator[Audio | WordStarts | str] | None = field(default=None, repr=False)
 
 
 @dataclass(slots=True)
@@ -114,8 +124,7 @@ class ComputeWorker:
     """Start it once; ``submit`` and ``cancel`` are safe from any thread.
 
     ``lanes`` threads take jobs from the one queue, in the same order, where the engine can
-    run on several threads at once (``Engine.concurrent``); otherwise, and for ``work`` jobs
-    (MLX is bound to the thread that made it), there is one.
+    run on several threads at once (``Engine.concurrent``); otherwise there is one.
     """
 
     def __init__(self, engine_factory: Callable[[], Engine], lanes: int = 1) -> None:
@@ -149,8 +158,6 @@ class ComputeWorker:
             thread.join()
 
     def submit(self, job: Job) -> None:
-        if job.work is not None and self.stats.lanes > 1:
-            raise ValueError("work jobs need a worker with one lane")
         with self._cond:
             self._push(job)
             self._cond.notify()
@@ -205,35 +212,41 @@ class ComputeWorker:
             self.stats.record(ended, ended - started)
 
     def _step(self, engine: Engine, job: Job) -> bool:
-        """Run one chunk of ``job``; True if it has more to do."""
+        """Run one step of ``job``; True if it has more to do."""
         try:
-            if job._chunks is None:
-                work = job.work
-                job._chunks = work(engine) if work else engine.synthesize(job.text, job.options)
-            item = next(job._chunks, None)
+            if job._steps is None:
+                job._steps = job.run(engine)
+            item = next(job._steps, None)
+            event = None if item is None else _event(item)
         except Exception as exc:
-            log.exception("synthesis failed for %r", job.text[:80])
+            log.exception("compute job failed")
             self.stats.count(failed=True)
             job.on_event(JobFailed(f"{type(exc).__name__}: {exc}"))
             return False
         if job.cancelled:
             _close(job)
             return False
-        if item is None:
+        if event is None:
             self.stats.count(failed=False)
             job.on_event(JobDone())
             return False
-        match item:
-            case str():
-                job.on_event(JobText(item))
-            case WordStarts():
-                job.on_event(JobWords(item))
-            case _:
-                job.on_event(JobAudio(item))
+        job.on_event(event)
         return True
+
+
+def _event(item: Audio | WordStarts | str) -> JobEvent:
+    match item:
+        case str():
+            return JobText(item)
+        case WordStarts():
+            return JobWords(item)
+        case np.ndarray():
+            return JobAudio(item)
+        case _:
+            assert_never(item)
 
 
 def _close(job: Job) -> None:
     """Close a cancelled job's generator here, on the thread that owns the engine."""
-    if isinstance(job._chunks, Generator):
-        job._chunks.close()
+    if isinstance(job._steps, Generator):
+        job._steps.close()

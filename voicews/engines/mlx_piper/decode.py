@@ -27,8 +27,6 @@ from collections.abc import Callable, Iterator
 from functools import partial
 
 import mlx.core as mx
-import numpy as np
-import numpy.typing as npt
 
 from .model import (
     FINAL_LRELU_SLOPE,
@@ -342,34 +340,3 @@ def overlap_windows(
         else:
             mx.eval(piece)
         yield piece
-
-
-# --- measures shared by the tests and bench/mlx_chunked.py ---------------------------------
-
-
-def snr_db(test: npt.ArrayLike, reference: npt.ArrayLike) -> float:
-    """Signal-to-noise ratio of ``test`` against ``reference`` in dB (inf when identical)."""
-    t, r = np.asarray(test, np.float64), np.asarray(reference, np.float64)
-    n = min(len(t), len(r))
-    error = float(((t[:n] - r[:n]) ** 2).sum())
-    return math.inf if error == 0.0 else 10.0 * math.log10(float((r[:n] ** 2).sum()) / error)
-
-
-def join_jumps(
-    audio: npt.ArrayLike, reference: npt.ArrayLike, plan: list[Window], hop: int, radius: int
-) -> tuple[float, float]:
-    """Sample steps at window joins: (largest step across a join, largest excess step nearby).
-
-    The first is ``|y[j] - y[j - 1]|`` at each join sample ``j``; the second the largest
-    difference from the one-shot waveform's own step within ``radius`` samples of a join,
-    which is what a click adds on top of the speech's own slope.
-    """
-    a, r = np.asarray(audio, np.float64), np.asarray(reference, np.float64)
-    steps, excess_steps = np.diff(a), np.abs(np.diff(a) - np.diff(r))
-    joins = [start * hop for start, _ in plan[1:]]
-    worst = max((abs(float(steps[j - 1])) for j in joins), default=0.0)
-    excess = max(
-        (float(excess_steps[max(0, j - 1 - radius) : j + radius].max()) for j in joins),
-        default=0.0,
-    )
-    return worst, excess

@@ -4,16 +4,9 @@ Construct it on the thread that will call ``synthesize`` (the compute worker doe
 streams belong to the thread that created them, and the constructor loads the weights.
 Nothing here touches MLX at import time.
 
-Per-server settings come from the environment, per-session ones from ``SynthesisOptions``:
-
-- ``VOICEWS_MLX_CHUNK_FRAMES`` (``chunk_frames``): latent frames per window once ramped up.
-- ``VOICEWS_MLX_INITIAL_CHUNK_FRAMES``: the first window's frames; windows double from it.
-- ``VOICEWS_MLX_DECODE``: ``stream`` (default; exact, state carried across windows) or
-  ``overlap`` (windows decoded alone with context, crossfaded).
-- ``VOICEWS_MLX_OVERLAP_FRAMES`` (``overlap_frames``): context frames for ``overlap``. A
-  session that sets ``overlap_frames`` asks for overlap decoding with that context.
-- ``VOICEWS_MLX_DEVICE``: ``cpu`` or ``gpu`` to override MLX's default device.
-- ``VOICEWS_CACHE_DIR``: where converted weights are cached (``~/.cache/voicews``).
+Per-server settings are an :class:`MlxConfig`, read from ``VOICEWS_MLX_*`` environment
+variables; per-session ones come from ``SynthesisOptions``. Converted weights are cached in
+``$VOICEWS_CACHE_DIR`` (``~/.cache/voicews``).
 """
 
 from __future__ import annotations
@@ -21,9 +14,10 @@ from __future__ import annotations
 import json
 import logging
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -36,29 +30,51 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-DEFAULT_CHUNK_FRAMES = 64
-"""Measured with bench/mlx_chunked.py (9 s sentence, MLX CPU): streaming costs 10-20% more
-compute than the one-shot decode at 64 frames, 25-45% at 16-32; 128 saves a few percent more
-but holds the compute worker (which switches jobs between windows) twice as long."""
-DEFAULT_INITIAL_CHUNK_FRAMES = 8
-"""Measured: the first window, with the lookahead the layers after it need, then costs a
-fraction of the encoder's time, so compute before first audio is about a tenth of the whole
-segment's; 4 gains nothing measurable, 16 costs more."""
-DEFAULT_OVERLAP_FRAMES = 24
-"""For ``overlap`` decoding: the flow sees 32 frames each way, and measured SNR against the
-one-shot decode was 64-103 dB with 24 frames of context, but only 24-44 dB with 16 and 20-34
-with 12 (three sentences, 32-frame windows)."""
 DECODE_MODES = ("stream", "overlap")
+ENV_PREFIX = "VOICEWS_MLX_"
 
 
-def _env_int(name: str, default: int, minimum: int) -> int:
-    raw = os.environ.get(name)
-    if raw is None or raw == "":
-        return default
-    value = int(raw)
-    if value < minimum:
-        raise ValueError(f"{name} must be at least {minimum}, not {value}")
-    return value
+@dataclass(frozen=True, slots=True)
+class MlxConfig:
+    """Server-wide settings; each field is read from ``VOICEWS_MLX_<FIELD>`` by :meth:`from_env`."""
+
+    chunk_frames: int = 64
+    """Latent frames per window once ramped up. Measured with bench/mlx_chunked.py (9 s
+    sentence, MLX CPU): streaming costs 10-20% more compute than the one-shot decode at 64
+    frames, 25-45% at 16-32; 128 saves a few percent more but holds the compute worker (which
+    switches jobs between windows) twice as long."""
+    initial_chunk_frames: int = 8
+    """The first window's frames; windows double from it. Measured: the first window, with the
+    lookahead the layers after it need, then costs a fraction of the encoder's time, so compute
+    before first audio is about a tenth of the whole segment's; 4 gains nothing measurable, 16
+    costs more."""
+    decode: str = "stream"
+    """``stream`` (exact, state carried across windows) or ``overlap`` (windows decoded alone
+    with context, crossfaded). A session that sets ``overlap_frames`` asks for overlap."""
+    overlap_frames: int = 24
+    """Context frames for ``overlap`` decoding: the flow sees 32 frames each way, and measured
+    SNR against the one-shot decode was 64-103 dB with 24 frames of context, but only 24-44 dB
+    with 16 and 20-34 with 12 (three sentences, 32-frame windows)."""
+    device: str = ""
+    """``cpu`` or ``gpu`` (any case) to override MLX's default device."""
+
+    def __post_init__(self) -> None:
+        minimums = {"chunk_frames": 1, "initial_chunk_frames": 1, "overlap_frames": 0}
+        for name, minimum in minimums.items():
+            if getattr(self, name) < minimum:
+                raise ValueError(f"{ENV_PREFIX}{name.upper()} must be at least {minimum}")
+        if self.decode not in DECODE_MODES:
+            raise ValueError(f"{ENV_PREFIX}DECODE must be one of {DECODE_MODES}")
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] = os.environ) -> MlxConfig:
+        """The defaults, but for each ``VOICEWS_MLX_<FIELD>`` that is set and not empty."""
+        values: dict[str, Any] = {}
+        for setting in fields(cls):
+            raw = env.get(ENV_PREFIX + setting.name.upper())
+            if raw:
+                values[setting.name] = int(raw) if setting.type == "int" else raw
+        return cls(**values)
 
 
 class MlxPiperEngine:
@@ -73,6 +89,7 @@ class MlxPiperEngine:
         *,
         cache_dir: Path | None = None,
         seed: int | None = None,
+        config: MlxConfig | None = None,
     ) -> None:
         import mlx.core as mx
         from piper import PiperVoice
@@ -82,35 +99,28 @@ class MlxPiperEngine:
         from .model import PiperVits
         from .weights import load_voice_weights
 
+        self.config = config or MlxConfig.from_env()
         model = Path(voice) if voice else bundled_voice()
         config_path = model.with_name(model.name + ".json")
         if not model.is_file() or not config_path.is_file():
             raise FileNotFoundError(f"Piper voice needs {model} and {config_path}")
-        config = PiperConfig.from_dict(json.loads(config_path.read_text(encoding="utf-8")))
-        if config.num_speakers > 1:
+        voice_config = PiperConfig.from_dict(json.loads(config_path.read_text(encoding="utf-8")))
+        if voice_config.num_speakers > 1:
             raise NotImplementedError(f"{model.name}: multi-speaker voices are not supported")
-        device = os.environ.get("VOICEWS_MLX_DEVICE", "").lower()
+        device = self.config.device.lower()
         if device in ("cpu", "gpu"):
             mx.set_default_device(mx.cpu if device == "cpu" else mx.gpu)
         # Only piper-tts's phonemizer is used: no onnxruntime session is created.
-        self._phonemizer = PiperVoice(session=None, config=config)
+        self._phonemizer = PiperVoice(session=None, config=voice_config)
         self._words = WordPlacer(self._phonemizer)
-        self._hop = int(config.hop_length)
-        self._noise_scale = float(config.noise_scale)
-        self._noise_w = float(config.noise_w_scale)
-        self._length_scale = float(config.length_scale)
-        self.sample_rate: int = config.sample_rate
+        self._hop = int(voice_config.hop_length)
+        self._noise_scale = float(voice_config.noise_scale)
+        self._noise_w = float(voice_config.noise_w_scale)
+        self._length_scale = float(voice_config.length_scale)
+        self.sample_rate: int = voice_config.sample_rate
         self.model: PiperVits = PiperVits(load_voice_weights(model, cache_dir))
         self.device = str(mx.default_device())
         self._rng = np.random.default_rng(seed)
-        self.chunk_frames = _env_int("VOICEWS_MLX_CHUNK_FRAMES", DEFAULT_CHUNK_FRAMES, 1)
-        self.initial_chunk_frames = _env_int(
-            "VOICEWS_MLX_INITIAL_CHUNK_FRAMES", DEFAULT_INITIAL_CHUNK_FRAMES, 1
-        )
-        self.overlap_frames = _env_int("VOICEWS_MLX_OVERLAP_FRAMES", DEFAULT_OVERLAP_FRAMES, 0)
-        self.decode_mode = os.environ.get("VOICEWS_MLX_DECODE", "stream") or "stream"
-        if self.decode_mode not in DECODE_MODES:
-            raise ValueError(f"VOICEWS_MLX_DECODE must be one of {DECODE_MODES}")
         log.info("mlx-piper: %s on %s", model.name, self.device)
 
     def phoneme_ids(self, text: str) -> list[list[int]]:
@@ -127,11 +137,12 @@ class MlxPiperEngine:
     def synthesize(self, text: str, options: SynthesisOptions) -> Iterator[Audio | WordStarts]:
         from .decode import overlap_windows, streaming_windows, window_plan
 
-        chunk = options.chunk_frames or self.chunk_frames
-        initial = min(self.initial_chunk_frames, chunk)
+        config = self.config
+        chunk = options.chunk_frames or config.chunk_frames
+        initial = min(config.initial_chunk_frames, chunk)
         overlap = options.overlap_frames
-        if overlap is None and self.decode_mode == "overlap":
-            overlap = self.overlap_frames
+        if overlap is None and config.decode == "overlap":
+            overlap = config.overlap_frames
         timed = []
         for phonemes, ids in self._sentences(text):
             latents = self.model.latents(

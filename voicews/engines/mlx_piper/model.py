@@ -559,10 +559,6 @@ class PiperVits:
         self.hop = self.generator.hop
         self.channels = self.encoder.out_channels
 
-    def rebuilt(self, *, matmul: bool) -> PiperVits:
-        """The same voice with the other convolution strategy (for measuring both)."""
-        return PiperVits(self.weights, matmul=matmul)
-
     def latents(
         self,
         ids: list[int],

@@ -1,4 +1,4 @@
-"""A multi-turn voice agent: an LLM's reply is spoken while it is still being generated.
+"""Client side of a voice agent: an LLM's reply is spoken while it is still being generated.
 
 Each user message starts a turn: the model generates on its own thread, every text delta goes
 to voicews as ``text_delta`` the moment it exists, ``end_text`` follows when generation ends,
@@ -13,35 +13,24 @@ reply the user heard, as the server's ``segment`` events place it against local 
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import contextlib
 import itertools
 import logging
-import shutil
 import threading
 import time
-import wave
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Protocol
 
 from websockets.exceptions import ConnectionClosed
 
 from ..client import RealtimeClient
+from ..llm.generate import ReplyStats
+from ..llm.local import LocalLLM
 from ..protocol import AudioFrame, Error, SegmentStarted, TurnDone, WordMark, Words
-from .generate import (
-    Message,
-    PromptCache,
-    ReplyStats,
-    chat_tokens,
-    stream_reply,
-    truncate_history,
-)
-
-if TYPE_CHECKING:
-    from mlx.nn.layers.base import Module
+from .conversation import AgentConfig, Conversation, Message
+from .sinks import AudioSink, ClockSink
 
 log = logging.getLogger(__name__)
 
@@ -63,249 +52,6 @@ def heard_text(spoken: Sequence[_Segment], samples_played: int) -> str:
     return " ".join(
         s.text.strip() for s in spoken if s.start_sample < samples_played and s.text.strip()
     )
-
-
-class PlaybackClock:
-    """A listener that starts at the first frame, plays in real time and waits when dry.
-
-    Stands in for a player's position where none can be read (a file, or ``aplay``): audio
-    that arrives late does not play early, so a stall pushes the rest back.
-    """
-
-    def __init__(self, sample_rate: int, clock: Callable[[], float] = time.monotonic) -> None:
-        self.sample_rate = sample_rate
-        self.received = 0
-        self._clock = clock
-        self._end: float | None = None
-
-    def add(self, samples: int, now: float | None = None) -> None:
-        now = self._clock() if now is None else now
-        if self._end is None or now > self._end:
-            self._end = now
-        self._end += samples / self.sample_rate
-        self.received += samples
-
-    def remaining(self, now: float | None = None) -> float:
-        """Seconds of received audio not yet played."""
-        if self._end is None:
-            return 0.0
-        return max(0.0, self._end - (self._clock() if now is None else now))
-
-    def played(self, now: float | None = None) -> int:
-        return max(0, self.received - round(self.remaining(now) * self.sample_rate))
-
-
-class AudioSink(Protocol):
-    """Where one turn's audio goes; it knows how much of it the listener has heard."""
-
-    def write(self, pcm: bytes) -> None: ...
-    def samples_played(self) -> int: ...
-    def remaining(self) -> float: ...
-    def close(self, keep_samples: int | None = None) -> None: ...
-
-
-class ClockSink:
-    """No output, only the real-time listener: for tests and for ``--no-audio``."""
-
-    def __init__(self, sample_rate: int) -> None:
-        self.clock = PlaybackClock(sample_rate)
-
-    def write(self, pcm: bytes) -> None:
-        self.clock.add(len(pcm) // 2)
-
-    def samples_played(self) -> int:
-        return self.clock.played()
-
-    def remaining(self) -> float:
-        return self.clock.remaining()
-
-    def close(self, keep_samples: int | None = None) -> None:
-        pass
-
-
-class WavSink(ClockSink):
-    """A WAV file of what the listener heard: all of it, or up to a barge-in."""
-
-    def __init__(self, path: str | Path, sample_rate: int) -> None:
-        super().__init__(sample_rate)
-        self.path = Path(path)
-        self._pcm = bytearray()
-        self._closed = False
-
-    def write(self, pcm: bytes) -> None:
-        super().write(pcm)
-        self._pcm += pcm
-
-    def close(self, keep_samples: int | None = None) -> None:
-        if self._closed:
-            return
-        self._closed = True
-        pcm = self._pcm if keep_samples is None else self._pcm[: 2 * keep_samples]
-        with wave.open(str(self.path), "wb") as out:
-            out.setnchannels(1)
-            out.setsampwidth(2)
-            out.setframerate(self.clock.sample_rate)
-            out.writeframes(bytes(pcm))
-
-
-class AplaySink(WavSink):
-    """Plays through ``aplay`` while saving the WAV; a barge-in kills the player at once.
-
-    The pipe is written through asyncio, so a full pipe never blocks the event loop.
-    """
-
-    def __init__(self, path: str | Path, sample_rate: int) -> None:
-        super().__init__(path, sample_rate)
-        self._proc: asyncio.subprocess.Process | None = None
-        self._pending = bytearray()
-        self._starting: asyncio.Task[None] | None = asyncio.get_running_loop().create_task(
-            self._start()
-        )
-
-    @staticmethod
-    def available() -> bool:
-        return shutil.which("aplay") is not None
-
-    async def _start(self) -> None:
-        self._proc = await asyncio.create_subprocess_exec(
-            "aplay", "-q", "-t", "raw", "-f", "S16_LE", "-c", "1",
-            "-r", str(self.clock.sample_rate),
-            stdin=asyncio.subprocess.PIPE,
-        )  # fmt: skip
-        self._feed(bytes(self._pending))
-        self._pending.clear()
-
-    def _feed(self, pcm: bytes) -> None:
-        if self._proc is not None and self._proc.stdin is not None and pcm:
-            with contextlib.suppress(ConnectionError):
-                self._proc.stdin.write(pcm)
-
-    def write(self, pcm: bytes) -> None:
-        super().write(pcm)
-        if self._proc is None:
-            self._pending += pcm
-        else:
-            self._feed(pcm)
-
-    def close(self, keep_samples: int | None = None) -> None:
-        super().close(keep_samples)
-        if self._starting is not None and not self._starting.done():
-            self._starting.cancel()
-        if self._proc is None or self._proc.stdin is None:
-            return
-        if keep_samples is not None:  # barge-in: silence now
-            with contextlib.suppress(ProcessLookupError):
-                self._proc.kill()
-        else:
-            self._proc.stdin.close()  # let it play out what it has
-
-    async def wait_closed(self) -> None:
-        """Until ``aplay`` has exited: played out after ``close()``, or killed."""
-        if self._starting is not None:
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._starting
-        if self._proc is not None:
-            await self._proc.wait()
-
-
-class LocalLLM:
-    """An mlx-lm model on a thread of its own; MLX streams are bound to the thread using them.
-
-    Loading and every generation run on that one thread, in order, so a stopped generation
-    has finished (and its prompt cache is consistent) before the next begins.
-    """
-
-    def __init__(self, path_or_repo: str | Path | None = None) -> None:
-        self.path_or_repo = path_or_repo
-        self.model: Module | None = None
-        self.tokenizer: Any = None
-        self.cache = PromptCache()
-        self._executor = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="llm")
-
-    @classmethod
-    async def open(cls, path_or_repo: str | Path | None = None) -> LocalLLM:
-        """Load on the model's thread; None is the bundled SmolLM2, converted on first use."""
-        llm = cls(path_or_repo)
-        await asyncio.wrap_future(llm._executor.submit(llm._load))
-        return llm
-
-    def _load(self) -> None:
-        from .convert import default_model_dir, load
-
-        self.model, self.tokenizer = load(self.path_or_repo or default_model_dir())
-
-    async def warm(self, messages: list[Message]) -> None:
-        """Prefill the prompt cache with what every next prompt starts with (the system
-        prompt, the history), so the first reply does not wait for it; on a CPU that is
-        seconds."""
-
-        model = self._loaded()
-
-        def run() -> None:
-            prefix = chat_tokens(
-                self.tokenizer, [*messages, {"role": "user", "content": ""}], False
-            )
-            self.cache.prefill(model, prefix)
-
-        await asyncio.wrap_future(self._executor.submit(run))
-
-    def generate(
-        self,
-        messages: list[Message],
-        on_delta: Callable[[str], None],
-        stop: threading.Event,
-        *,
-        max_tokens: int,
-        temperature: float,
-        top_p: float,
-        token_delay_s: float = 0.0,
-    ) -> tuple[concurrent.futures.Future[None], ReplyStats]:
-        """Start generating on the model's thread; ``on_delta`` is called there, per delta."""
-        stats = ReplyStats()
-        model = self._loaded()
-
-        def run() -> None:
-            if stop.is_set():
-                stats.stopped = True
-                return
-            for delta in stream_reply(
-                model,
-                self.tokenizer,
-                messages,
-                max_tokens,
-                stop.is_set,
-                temperature=temperature,
-                top_p=top_p,
-                cache=self.cache,
-                stats=stats,
-            ):
-                on_delta(delta)
-                if token_delay_s:
-                    stop.wait(token_delay_s)
-
-        return self._executor.submit(run), stats
-
-    def _loaded(self) -> Module:
-        if self.model is None:
-            raise RuntimeError("the model is not loaded: use LocalLLM.open")
-        return self.model
-
-    def close(self) -> None:
-        self._executor.shutdown(wait=False, cancel_futures=True)
-
-
-@dataclass
-class AgentConfig:
-    system: str | None = None
-    """System prompt; None leaves it to the chat template (SmolLM2's has its own, and
-    answers better with it than with a voice-specific one)."""
-    max_tokens: int = 200
-    temperature: float = 0.0
-    top_p: float = 1.0
-    max_history_messages: int = 20
-    max_history_chars: int = 6000
-    token_delay_s: float = 0.0
-    """Pause after each token: simulates a slower model (demos and barge-in tests)."""
 
 
 @dataclass
@@ -379,13 +125,15 @@ class Agent:
         config: AgentConfig | None = None,
         sinks: SinkFactory = clock_sinks,
         on_delta: Callable[[AgentTurn, str], None] | None = None,
+        token_delay_s: float = 0.0,
     ) -> None:
         self.client = client
         self.llm = llm
-        self.config = config or AgentConfig()
+        self.conversation = Conversation(config or AgentConfig())
         self.sinks = sinks
         self.on_delta = on_delta
-        self.history: list[Message] = []
+        self.token_delay_s = token_delay_s
+        """Pause after each token: simulates a slower model (demos and barge-in tests)."""
         self.turns: list[AgentTurn] = []
         self.current: AgentTurn | None = None
         self._by_id: dict[str, AgentTurn] = {}
@@ -414,14 +162,21 @@ class Agent:
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
 
+    @property
+    def config(self) -> AgentConfig:
+        return self.conversation.config
+
+    @config.setter
+    def config(self, config: AgentConfig) -> None:
+        self.conversation.config = config
+
+    @property
+    def history(self) -> list[Message]:
+        return self.conversation.history
+
     def prompt(self) -> list[Message]:
         """What the model sees: the system prompt and the bounded history."""
-        system = [{"role": "system", "content": self.config.system}] if self.config.system else []
-        return truncate_history(
-            system + self.history,
-            self.config.max_history_messages,
-            self.config.max_history_chars,
-        )
+        return self.conversation.prompt()
 
     async def warm(self) -> None:
         """Prefill the model's cache with the prompt so far, while the user is still typing."""
@@ -435,7 +190,7 @@ class Agent:
         self.turns.append(turn)
         self._by_id[turn.turn_id] = turn
         self.current = turn
-        self.history.append({"role": "user", "content": user_text})
+        self.conversation.user(user_text)
         await self.client.turn_reset(turn.turn_id)
         loop = asyncio.get_running_loop()
         deltas: asyncio.Queue[str | None] = asyncio.Queue()
@@ -451,7 +206,7 @@ class Agent:
             max_tokens=self.config.max_tokens,
             temperature=self.config.temperature,
             top_p=self.config.top_p,
-            token_delay_s=self.config.token_delay_s,
+            token_delay_s=self.token_delay_s,
         )
         future.add_done_callback(lambda _: post(None))
         turn.generation = asyncio.wrap_future(future)
@@ -532,11 +287,7 @@ class Agent:
     def _commit(self, turn: AgentTurn, reply: str) -> None:
         """The reply enters the history as heard; an unheard reply leaves no message."""
         turn.heard = reply
-        if reply.strip():
-            self.history.append({"role": "assistant", "content": reply})
-        self.history = truncate_history(
-            self.history, self.config.max_history_messages, self.config.max_history_chars
-        )
+        self.conversation.assistant(reply)
         turn.finished.set()
 
     async def _read(self) -> None:

@@ -13,7 +13,7 @@ dimension 0 holds a constant (the embeddings set it, no layer writes to it), so 
 norm it is always positive, and the untied output head gives the special tokens a large
 negative weight on it.
 
-``python -m voicews.llm.tiny OUT_DIR`` builds one.
+``python tests/tiny_llm.py OUT_DIR`` builds one.
 """
 
 from __future__ import annotations

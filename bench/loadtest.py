@@ -1,6 +1,6 @@
 """A load generator: many sessions speaking many turns, some cut by barge-in.
 
-Used by the soak test and ``bench/soak.py``; point it at any running service to check a
+Used by ``bench/soak.py`` and the soak test; point it at any running service to check a
 deployment (``python bench/soak.py --url ws://host:8765/v1/realtime``).
 """
 
@@ -11,8 +11,8 @@ import random
 import time
 from dataclasses import dataclass, field
 
-from .client import RealtimeClient, SpokenTurn
-from .protocol import AudioFrame
+from voicews.client import RealtimeClient, SpokenTurn
+from voicews.protocol import AudioFrame
 
 REPLIES = [
     "Sure, I can help with that.",

@@ -1,0 +1,59 @@
+"""``voicews serve`` takes its defaults from the config, and the README shows the same ones."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from voicews.cli import parser, serve_config
+from voicews.engines import BUNDLED_VOICE
+from voicews.engines.piper import bundled_voice
+from voicews.protocol import Limits
+from voicews.server import ServerConfig
+
+README = (Path(__file__).parent.parent / "README.md").read_text()
+
+
+def table(heading: str) -> dict[str, list[str]]:
+    """The README table whose header row starts with ``heading``: cells by first cell's code."""
+    lines = README.split(f"\n| {heading} |")[1].split("\n\n")[0].splitlines()[2:]
+    rows = [[cell.strip() for cell in line.strip("|").split("|")] for line in lines]
+    return {row[0].strip("`"): row[1:] for row in rows}
+
+
+def serve_options() -> dict[str, object]:
+    defaults = vars(parser().parse_args(["serve"]))
+    return {"--" + dest.replace("_", "-"): v for dest, v in defaults.items() if dest != "command"}
+
+
+def test_serve_defaults_are_the_config(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("VOICEWS_TOKENS", raising=False)
+    assert serve_config(parser().parse_args(["serve"])) == ServerConfig()
+
+
+def test_the_bundled_voice_is_the_one_named() -> None:
+    assert bundled_voice().name == f"{BUNDLED_VOICE}.onnx"
+
+
+def test_readme_lists_every_serve_option_with_its_default() -> None:
+    rows = table("`voicews serve` option")
+    options = serve_options()
+    assert set(rows) == set(options)
+    for option, default in options.items():
+        if default is not None and default != []:
+            shown = f"{default:g}" if isinstance(default, float) else str(default)
+            assert rows[option][0] == f"`{shown}`", option
+
+
+def test_readme_limits_table_shows_the_defaults() -> None:
+    """Every advertised limit, with the default a session gets from a default server."""
+    config = ServerConfig()
+    advertised = config.session.limits(config.max_sessions)
+    rows = table("limit")
+    assert set(rows) == set(Limits.model_fields)
+    for name, (default, *_) in rows.items():
+        number = re.sub(r" \(.*\)$", "", default).replace(",", "")
+        value = float(number.removesuffix(" KiB")) * (1024 if number.endswith("KiB") else 1)
+        assert value == getattr(advertised, name), name

@@ -1,0 +1,303 @@
+"""Wyoming text to speech (Home Assistant) beside the WebSocket, through the same sessions.
+
+``voicews serve --wyoming-uri tcp://HOST:PORT``. Each Wyoming connection that asks for speech
+becomes one session of the app (counted against ``max_sessions``, drained on shutdown), so the
+text goes through the same segmenter, stitcher and compute worker as on the WebSocket. A
+connection may speak several turns, one at a time; each is either
+
+- streamed: ``synthesize-start``, ``synthesize-chunk``*, ``synthesize-stop``, answered with
+  ``audio-start``, ``audio-chunk``*, ``audio-stop`` and ``synthesize-stopped``. Home Assistant
+  also sends the whole text as a one-shot ``synthesize`` inside the stream, for servers that
+  cannot stream; it is ignored there, as wyoming-piper does; or
+- one-shot: ``synthesize``, answered with ``audio-start``, ``audio-chunk``*, ``audio-stop``.
+
+A closed connection cancels its synthesis. Wyoming has no authentication and no word timings.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import json
+import socket
+from dataclasses import dataclass, replace
+from pathlib import Path
+from urllib.parse import urlsplit
+
+from wyoming.audio import AudioChunk, AudioStart, AudioStop
+from wyoming.error import Error as WyomingError
+from wyoming.event import Event
+from wyoming.info import Attribution, Describe, Info, TtsProgram, TtsVoice
+from wyoming.server import AsyncEventHandler
+from wyoming.tts import (
+    Synthesize,
+    SynthesizeChunk,
+    SynthesizeStart,
+    SynthesizeStop,
+    SynthesizeStopped,
+)
+
+from . import __version__, logs
+from .app import VoicewsApp
+from .driver import SessionDriver
+from .engines.piper import bundled_voice
+from .protocol import AudioFrame, ClientMessage, EndText, Error, TextDelta, TurnDone, TurnReset
+
+_WIDTH = 2  # bytes per sample: 16-bit PCM, mono
+_PIPER = Attribution(name="rhasspy", url="https://github.com/rhasspy/piper")
+
+
+def parse_uri(uri: str) -> tuple[str, int]:
+    """``tcp://HOST:PORT`` (the only transport served) as host and port."""
+    parts = urlsplit(uri)
+    if parts.scheme != "tcp" or parts.hostname is None or parts.port is None:
+        raise ValueError(f"Wyoming URI must be tcp://HOST:PORT, not {uri!r}")
+    return parts.hostname, parts.port
+
+
+def describe(voice: Path) -> Info:
+    """What ``describe`` answers: one TTS program that streams, with the voice it speaks
+    (a Piper ``.onnx`` with its ``.onnx.json`` beside it)."""
+    config = json.loads(voice.with_name(voice.name + ".json").read_text(encoding="utf-8"))
+    language = config.get("language", {}).get("code") or config.get("espeak", {}).get("voice")
+    name = voice.name.removesuffix(".onnx")
+    return Info(
+        tts=[
+            TtsProgram(
+                name="voicews",
+                description="Realtime streaming text to speech for voice agents",
+                attribution=Attribution(name="voicews", url=""),
+                installed=True,
+                version=__version__,
+                voices=[
+                    TtsVoice(
+                        name=name,
+                        description=name,
+                        attribution=_PIPER,
+                        installed=True,
+                        version=None,
+                        languages=[language or "en"],
+                    )
+                ],
+                supports_synthesize_streaming=True,
+            )
+        ]
+    )
+
+
+class WyomingServer:
+    """Listens on ``tcp://HOST:PORT``; every connection is served by :class:`WyomingConnection`."""
+
+    def __init__(
+        self,
+        app: VoicewsApp,
+        uri: str,
+        voice: str | None = None,
+        socket_send_buffer: int = 128 * 1024,
+    ) -> None:
+        self.app = app
+        self._host, self._port = parse_uri(uri)
+        self._info = describe(Path(voice) if voice is not None else bundled_voice())
+        self._send_buffer = socket_send_buffer
+        self._server: asyncio.Server | None = None
+        self._handlers: dict[asyncio.Task[None], WyomingConnection] = {}
+
+    async def start(self) -> None:
+        family = socket.AF_INET6 if ":" in self._host else socket.AF_INET
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        # Small, as on the WebSocket: a client that stops reading pauses its own synthesis.
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, self._send_buffer)
+        sock.bind((self._host, self._port))
+        self._server = await asyncio.start_server(self._accept, sock=sock)
+        logs.event("listening", url=self.uri, protocol="wyoming")
+
+    @property
+    def port(self) -> int:
+        assert self._server is not None
+        port: int = self._server.sockets[0].getsockname()[1]
+        return port
+
+    @property
+    def uri(self) -> str:
+        host = f"[{self._host}]" if ":" in self._host else self._host
+        return f"tcp://{host}:{self.port}"
+
+    async def close(self) -> None:
+        """Stop listening and close every connection (which cancels its synthesis)."""
+        if self._server is not None:
+            self._server.close()
+        for handler in list(self._handlers.values()):
+            await handler.stop()
+        if self._handlers:
+            await asyncio.wait(list(self._handlers))
+        if self._server is not None:
+            await self._server.wait_closed()
+
+    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        handler = WyomingConnection(self.app, self._info, reader, writer)
+        task = asyncio.create_task(handler.run(), name="voicews wyoming connection")
+        self._handlers[task] = handler
+        task.add_done_callback(self._handlers.pop)
+
+
+@dataclass
+class _Turn:
+    streamed: bool
+    audio_started: bool = False
+
+
+class WyomingConnection(AsyncEventHandler):
+    """One Wyoming client. Events are read one at a time (wyoming's loop); what the session
+    sends back goes out from a task of its own, so reading never waits for synthesis."""
+
+    def __init__(
+        self,
+        app: VoicewsApp,
+        info: Info,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+    ) -> None:
+        super().__init__(reader, writer)
+        self._app = app
+        self._info = info
+        self._client = _peer(writer)
+        self._driver: SessionDriver | None = None
+        self._sender: asyncio.Task[None] | None = None
+        self._turn_ids = (f"w{n}" for n in itertools.count(1))
+        self._turns: dict[str, _Turn] = {}
+        self._streaming: str | None = None  # the streamed turn whose text is still arriving
+
+    async def run(self) -> None:
+        try:
+            await super().run()
+        except (KeyError, TypeError, ValueError) as exc:  # a line that is not an event
+            logs.event("error", protocol="wyoming", code="invalid_event", detail=exc)
+
+    async def handle_event(self, event: Event) -> bool:
+        try:
+            return await self._dispatch(event)
+        except (KeyError, TypeError, ValueError) as exc:  # ValidationError is a ValueError
+            await self._refuse("invalid_event", f"{event.type}: {exc}")
+            return True
+
+    async def _dispatch(self, event: Event) -> bool:
+        if Describe.is_type(event.type):
+            await self.write_event(self._info.event())
+            return True
+        if SynthesizeStart.is_type(event.type):
+            return await self._start_turn(streamed=True)
+        if SynthesizeChunk.is_type(event.type):
+            if self._streaming is None:
+                await self._refuse("no_stream", "synthesize-chunk outside synthesize-start/stop")
+                return True
+            self._handle(TextDelta(text=SynthesizeChunk.from_event(event).text))
+            return True
+        if SynthesizeStop.is_type(event.type):
+            if self._streaming is None:
+                await self._refuse("no_stream", "synthesize-stop without synthesize-start")
+                return True
+            self._streaming = None
+            self._handle(EndText())
+            return True
+        if Synthesize.is_type(event.type) and self._streaming is None:
+            delta = TextDelta(text=Synthesize.from_event(event).text)  # valid before a turn
+            if not await self._start_turn(streamed=False):
+                return False
+            self._handle(delta, EndText())
+        return True  # anything else, a synthesize inside a stream included, is not for us
+
+    async def disconnect(self) -> None:
+        """The client is gone (or the server stops): cancel everything the session had running."""
+        if self._sender is not None:
+            self._sender.cancel()
+            with contextlib.suppress(asyncio.CancelledError, OSError):
+                await self._sender
+        if self._driver is not None:
+            session = self._driver.session
+            self._driver.close()
+            self._app.close_session(session)
+            logs.event("session_close", session=session.id, protocol="wyoming")
+
+    def drain(self) -> None:
+        """Server shutdown: finish the current turn, refuse new ones, then close."""
+        if self._driver is not None:
+            self._driver.session.drain(self._driver.now())
+            self._driver.sync()
+
+    async def _start_turn(self, streamed: bool) -> bool:
+        """Open the session on the first turn (the capacity check); False if refused."""
+        if self._driver is None:
+            refusal = self._app.capacity_refusal()
+            if refusal is not None:
+                logs.event(
+                    "refused", protocol="wyoming", reason=refusal.message, client=self._client
+                )
+                await self._refuse(refusal.code, refusal.message)
+                return False
+            config = self._app.config.session
+            # Wyoming cannot resend refused text: the whole turn may wait in the backlog.
+            session = self._app.open_session(
+                replace(config, max_pending_text_chars=config.max_turn_text_chars)
+            )
+            self._driver = SessionDriver(session, self._app.worker, self._app.metrics.observe)
+            self._app.connections[session.id] = self
+            session.start(self._driver.now())
+            self._sender = asyncio.create_task(self._send_loop(self._driver))
+            logs.event("session_open", session=session.id, client=self._client, protocol="wyoming")
+        turn_id = next(self._turn_ids)
+        self._turns[turn_id] = _Turn(streamed=streamed)
+        self._streaming = turn_id if streamed else None
+        self._handle(TurnReset(turn_id=turn_id))
+        return True
+
+    def _handle(self, *messages: ClientMessage) -> None:
+        assert self._driver is not None
+        session, now = self._driver.session, self._driver.now()
+        for message in messages:
+            session.handle(message, now)
+        self._driver.sync()
+
+    async def _send_loop(self, driver: SessionDriver) -> None:
+        rate = driver.session.audio.sample_rate  # PCM16: the default output format
+        while (item := await driver.next_item()) is not None:
+            match item:
+                case AudioFrame():
+                    turn = self._turns.get(item.turn_id)
+                    if turn is None:
+                        continue
+                    if not turn.audio_started:
+                        turn.audio_started = True
+                        await self.write_event(AudioStart(rate, _WIDTH, 1).event())
+                    await self.write_event(AudioChunk(rate, _WIDTH, 1, item.pcm).event())
+                case TurnDone():
+                    turn = self._turns.pop(item.turn_id, None)
+                    if turn is None:
+                        continue
+                    if not turn.audio_started:
+                        await self.write_event(AudioStart(rate, _WIDTH, 1).event())
+                    await self.write_event(AudioStop().event())
+                    if turn.streamed:
+                        await self.write_event(SynthesizeStopped().event())
+                    logs.event(
+                        "turn_done",
+                        session=driver.session.id,
+                        turn=item.turn_id,
+                        samples=item.samples,
+                        cancelled=item.cancelled,
+                    )
+                case Error():
+                    logs.event(
+                        "error", session=driver.session.id, turn=item.turn_id, code=item.code
+                    )
+                    await self.write_event(WyomingError(text=item.message, code=item.code).event())
+        await self.stop()  # the session closes (idle timeout, shutdown): so does the connection
+
+    async def _refuse(self, code: str, message: str) -> None:
+        await self.write_event(WyomingError(text=message, code=code).event())
+
+
+def _peer(writer: asyncio.StreamWriter) -> str | None:
+    peer = writer.get_extra_info("peername")
+    return f"{peer[0]}:{peer[1]}" if peer else None
