@@ -1,7 +1,8 @@
 """Kokoro-82M v1.0 (Apache-2.0), offline: ``voicews serve --engine kokoro [--voice af_heart]``.
 
-``assets`` (model, config, voices) and ``phonemes`` (text -> token ids) are shared by every
-Kokoro engine; ``engine`` runs the model on onnxruntime. Importing this package imports
+``assets`` (model, config, voices), ``phonemes`` (text -> token ids) and ``words`` (where
+each word starts) are shared by every Kokoro engine; ``engine`` runs the model on onnxruntime,
+``mlx_engine`` on MLX. Importing this package imports
 neither onnxruntime nor ONNX: the compute worker builds the engine on its own thread.
 """
 

@@ -9,7 +9,6 @@ the same text, voice and speed give the same audio.
 
 from __future__ import annotations
 
-import functools
 import logging
 import os
 from collections.abc import Iterator
@@ -17,14 +16,12 @@ from pathlib import Path
 
 import numpy as np
 
-from ...alignment import word_starts
 from ...audio import Audio
 from ...cache import cache_dir, write_atomically
 from ..base import SynthesisOptions, WordStarts
 from .assets import (
     DEFAULT_VOICE,
     SAMPLE_RATE,
-    SAMPLES_PER_FRAME,
     language,
     load_voice,
     model_path,
@@ -32,6 +29,7 @@ from .assets import (
     voices,
 )
 from .phonemes import PAD, phonemize, tokenize
+from .words import PhonemeTimeline
 
 log = logging.getLogger(__name__)
 
@@ -85,8 +83,7 @@ class KokoroEngine:
             raise ValueError(f"unknown Kokoro voice {voice!r}; choose from {', '.join(voices())}")
         pack, lang = self._packs[voice], language(voice)
         speed = np.array([options.speed], dtype=np.float32)
-        spoken: list[tuple[str, int]] = []
-        offset, timed = 0, True
+        timeline = PhonemeTimeline()
         for phonemes in phonemize(text, lang):
             tokens = tokenize(phonemes)
             audio, frames = self._session.run(
@@ -98,18 +95,7 @@ class KokoroEngine:
                 },
             )
             audio = np.asarray(audio, dtype=np.float32).ravel()
-            samples = np.asarray(frames).ravel().astype(np.int64) * SAMPLES_PER_FRAME
-            starts = offset + np.concatenate([[0], np.cumsum(samples)[:-1]])
-            spoken += zip(["^", *phonemes, "$"], starts.tolist(), strict=True)
-            timed = timed and int(samples.sum()) == len(audio)
-            offset += len(audio)
+            timeline.add(phonemes, frames, len(audio))
             yield np.clip(audio, -1.0, 1.0)
-        if spoken and timed:
-            placed = word_starts([self._phonemes(w, lang) for w in text.split()], spoken)
-            if placed is not None:
-                yield WordStarts(tuple(placed))
-
-    @functools.lru_cache(maxsize=4096)  # noqa: B019 - one engine per worker, words repeat
-    def _phonemes(self, word: str, lang: str) -> str:
-        """A word's phonemes, phonemized alone (they are aligned against the sentence's)."""
-        return " ".join(phonemize(word, lang))
+        if (words := timeline.words(text, lang)) is not None:
+            yield words

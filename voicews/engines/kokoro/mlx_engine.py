@@ -12,7 +12,6 @@ Nothing here touches MLX at import time.
 
 from __future__ import annotations
 
-import functools
 import logging
 import os
 from collections.abc import Iterator
@@ -21,13 +20,11 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ...alignment import word_starts
 from ...audio import Audio
 from ..base import SynthesisOptions, WordStarts
 from .assets import (
     DEFAULT_VOICE,
     SAMPLE_RATE,
-    SAMPLES_PER_FRAME,
     language,
     load_voice,
     model_path,
@@ -35,6 +32,7 @@ from .assets import (
     voices,
 )
 from .phonemes import PAD, phonemize, tokenize
+from .words import PhonemeTimeline
 
 if TYPE_CHECKING:
     from .mlx_model import Kokoro
@@ -73,24 +71,13 @@ class MlxKokoroEngine:
         if voice not in self._packs:
             raise ValueError(f"unknown Kokoro voice {voice!r}; choose from {', '.join(voices())}")
         pack, lang = self._packs[voice], language(voice)
-        spoken: list[tuple[str, int]] = []
-        offset = 0
+        timeline = PhonemeTimeline()
         for phonemes in phonemize(text, lang):
             tokens = tokenize(phonemes)
             row = mx.array(style(pack, len(tokens))[0])
             prosody = self.model.prosody([PAD, *tokens, PAD], row, options.speed)
             audio = np.array(self.model.decode(prosody, row), dtype=np.float32)
-            samples = prosody.durations * SAMPLES_PER_FRAME
-            starts = offset + np.concatenate([[0], np.cumsum(samples)[:-1]])
-            spoken += zip(["^", *phonemes, "$"], starts.tolist(), strict=True)
-            offset += len(audio)
+            timeline.add(phonemes, prosody.durations, len(audio))
             yield np.clip(audio, -1.0, 1.0)
-        if spoken:
-            placed = word_starts([self._phonemes(w, lang) for w in text.split()], spoken)
-            if placed is not None:
-                yield WordStarts(tuple(placed))
-
-    @functools.lru_cache(maxsize=4096)  # noqa: B019 - one engine per worker, words repeat
-    def _phonemes(self, word: str, lang: str) -> str:
-        """A word's phonemes, phonemized alone (they are aligned against the sentence's)."""
-        return " ".join(phonemize(word, lang))
+        if (words := timeline.words(text, lang)) is not None:
+            yield words
