@@ -12,6 +12,7 @@ from websockets.exceptions import InvalidStatus
 from conftest import timeout
 from voicews.client import RealtimeClient, SpokenTurn
 from voicews.encoding import OPUS_FRAME
+from voicews.engines import BUNDLED_VOICE
 from voicews.errors import ErrorCode
 from voicews.protocol import (
     AudioFormat,
@@ -143,9 +144,8 @@ async def test_a_format_change_applies_from_the_next_turn(client: RealtimeClient
 async def test_the_ack_names_the_live_turn(client: RealtimeClient) -> None:
     await client.session_update(audio=AudioUpdate(format="opus"))
     ack = await client.recv(timeout(5))
-    assert ack == SessionUpdated(
-        audio=AudioFormat(sample_rate=48000, format="opus"), speed=1.0, live_turn_id=None
-    )
+    opus = AudioFormat(sample_rate=48000, format="opus")
+    assert ack == SessionUpdated(audio=opus, speed=1.0, voice=BUNDLED_VOICE, live_turn_id=None)
     await client.turn_reset("live")
     assert await client.recv(timeout(5)) == TurnStarted(turn_id="live")
     await client.session_update(speed=1.25)

@@ -73,6 +73,10 @@ def test_valid_client_messages(data: str, expected: object) -> None:
         ('{"type": "session_update", "speed": "fast"}', ErrorCode.INVALID_MESSAGE),
         ('{"type": "session_update", "speed": "1.5"}', ErrorCode.INVALID_MESSAGE),
         ('{"type": "session_update", "speed": true}', ErrorCode.INVALID_MESSAGE),
+        ('{"type": "session_update", "voice": ""}', ErrorCode.INVALID_MESSAGE),
+        # valid JSON, but no text: it could be neither phonemized nor echoed in an event
+        ('{"type": "text_delta", "text": "a\\ud800b"}', ErrorCode.INVALID_MESSAGE),
+        ('{"type": "turn_reset", "turn_id": "\\udfff"}', ErrorCode.INVALID_MESSAGE),
         ('{"type": "session_update", "speed": 4.5}', ErrorCode.INVALID_MESSAGE),
         ('{"type": "session_update", "speed": 0.2}', ErrorCode.INVALID_MESSAGE),
         ('{"type": "session_update", "audio": {"sample_rate": 11025}}', ErrorCode.INVALID_MESSAGE),

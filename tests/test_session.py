@@ -441,6 +441,25 @@ def test_speed_applies_to_next_segment() -> None:
     assert one(s).options.speed == 1.5
 
 
+def test_a_voice_update_is_acknowledged_and_a_refused_one_changes_nothing() -> None:
+    s = make(voices=("af_heart", "bm_george"))
+    assert s.created(max_sessions=1).voices == ["af_heart", "bm_george"]
+    s.handle(SessionUpdate(speed=1.5), 0.0)
+    assert drain(s)[-1] == SessionUpdated(audio=AudioFormat(sample_rate=RATE), speed=1.5,
+                                          voice="af_heart")  # fmt: skip
+    s.handle(SessionUpdate(voice="bm_george"), 0.0)
+    assert isinstance(ack := drain(s)[-1], SessionUpdated) and ack.voice == "bm_george"
+    s.handle(SessionUpdate(voice="alloy", speed=2.0, audio=AudioUpdate(sample_rate=8000)), 0.0)
+    (refused,) = drain(s)
+    assert isinstance(refused, Error) and refused.code == ErrorCode.INVALID_MESSAGE
+    assert "'alloy'; choose from af_heart, bm_george" in refused.message
+    s.handle(TurnReset(turn_id="t1"), 0.0)
+    s.handle(TextDelta(text="Quick, please."), 0.0)
+    req = one(s)
+    assert (req.options.voice, req.options.speed) == ("bm_george", 1.5)  # neither refused
+    assert s.audio.sample_rate == RATE  # the refused format did not apply either
+
+
 def test_close_cancels_in_flight_job() -> None:
     s = make()
     s.handle(TurnReset(turn_id="t1"), 0.0)

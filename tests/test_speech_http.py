@@ -115,6 +115,25 @@ async def test_sample_rate_field_and_request_id(server: VoicewsServer) -> None:
     assert len(ids) == 3 and all(len(i) == 32 for i in ids)
 
 
+async def test_voice_is_the_servers_or_openais_and_the_header_names_who_answered(
+    server: VoicewsServer,
+) -> None:
+    """A voice the server has speaks; OpenAI's names (its clients' defaults) and none get the
+    default; any other name is refused, listing the voices."""
+    for voice, answered in (("en_US-joe-medium", "en_US-joe-medium"), ("alloy", "en_US-joe-medium"),
+                            ("cedar", "en_US-joe-medium"), (None, "en_US-joe-medium")):  # fmt: skip
+        body = json.dumps({"input": "Hi.", "voice": voice, "response_format": "pcm"}).encode()
+        status, headers, reader, writer = await post(server.port, body)
+        spoken = await chunks(reader)
+        writer.close()
+        assert (status, headers["x-voicews-voice"]) == (200, answered) and spoken, voice
+    status, _, reader, writer = await post(server.port, b'{"input": "hi", "voice": "nobody"}')
+    error = json.loads(await asyncio.wait_for(reader.read(), timeout(5)))["error"]
+    writer.close()
+    assert (status, error["code"]) == (400, "invalid_request")
+    assert error["message"] == "voice: unknown voice 'nobody'; choose from en_US-joe-medium"
+
+
 async def test_bad_requests_get_clear_errors(server: VoicewsServer) -> None:
     opus_at_24k = b'{"input": "hi", "response_format": "opus", "sample_rate": 24000}'
     cases = [

@@ -59,7 +59,6 @@ class AppConfig:
 
     session: SessionConfig
     access: access.AccessPolicy
-    voice_name: str
     max_sessions: int
     request_timeout: float
     """Seconds a speech request's body may take to arrive (its head has the same bound, kept
@@ -232,7 +231,7 @@ class VoicewsApp:
             self.metrics.http_speech.inc()
             try:
                 driver = SessionDriver(session, self.worker, self.metrics.observe)
-                await speech(driver, body, receive, send, self.config.voice_name, cors)
+                await speech(driver, body, receive, send, cors)
             finally:
                 self.close_session(session)
         except VoicewsError as refusal:

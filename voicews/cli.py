@@ -15,7 +15,7 @@ from dataclasses import replace
 
 from .access import TOKENS_ENV, AccessPolicy, load_tokens
 from .client import RealtimeClient
-from .engines import BUNDLED_VOICE, ENGINES
+from .engines import BUNDLED_VOICE, ENGINES, engine_voices
 from .protocol import REALTIME_PATH
 from .server import ServerConfig, VoicewsServer
 
@@ -31,7 +31,11 @@ def parser() -> argparse.ArgumentParser:
     serve.add_argument("--host", default=DEFAULTS.host)
     serve.add_argument("--port", type=int, default=DEFAULTS.port)
     serve.add_argument("--engine", choices=sorted(ENGINES), default=DEFAULTS.engine)
-    serve.add_argument("--voice", help=f"Piper voice .onnx (default: bundled {BUNDLED_VOICE})")
+    serve.add_argument(
+        "--voice",
+        help=f"piper engines: a voice .onnx (default: the bundled {BUNDLED_VOICE}); kokoro: a "
+        "shipped voice name (default af_heart), the session may choose another",
+    )
     serve.add_argument(
         "--lanes",
         type=int,
@@ -93,6 +97,7 @@ def parser() -> argparse.ArgumentParser:
     say.add_argument("-o", "--output", required=True, help="WAV file to write")
     say.add_argument("--url", default=f"ws://{DEFAULTS.host}:{DEFAULTS.port}{REALTIME_PATH}")
     say.add_argument("--speed", type=float, help="speaking rate, 0.25 to 4.0")
+    say.add_argument("--voice", help="one of the server's voices (its session_created lists them)")
     say.add_argument("--tokens-per-s", type=float, help="send the text as word pieces at this rate")
 
     convert = commands.add_parser(
@@ -126,7 +131,8 @@ def serve_config(args: argparse.Namespace) -> ServerConfig:
 
 
 def main(argv: list[str] | None = None) -> None:
-    args = parser().parse_args(argv)
+    cli = parser()
+    args = cli.parse_args(argv)
     if args.command == "convert-gguf":
         from .llm.convert import convert_command
 
@@ -136,6 +142,10 @@ def main(argv: list[str] | None = None) -> None:
             args.usage_error(str(exc))
         return
     if args.command == "serve":
+        try:
+            engine_voices(args.engine, args.voice)
+        except ValueError as exc:
+            cli.error(f"serve: {exc}")
         logging.basicConfig(
             level=args.log_level, format="%(asctime)s level=%(levelname)s %(message)s"
         )
@@ -184,8 +194,8 @@ async def _serve(config: ServerConfig) -> None:
 
 async def _say(args: argparse.Namespace) -> int:
     async with await RealtimeClient.connect(args.url) as client:
-        if args.speed is not None:
-            await client.session_update(speed=args.speed)
+        if args.speed is not None or args.voice is not None:
+            await client.session_update(speed=args.speed, voice=args.voice)
         text = _stdin_deltas() if args.text == "-" else args.text
         turn = await client.speak(text, tokens_per_s=args.tokens_per_s, timeout=3600)
     turn.write_wav(args.output)

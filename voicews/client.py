@@ -169,10 +169,14 @@ class RealtimeClient:
         await self.ws.send(encode_event(Cancel()))
 
     async def session_update(
-        self, speed: float | None = None, audio: AudioUpdate | None = None
+        self,
+        speed: float | None = None,
+        audio: AudioUpdate | None = None,
+        voice: str | None = None,
     ) -> None:
-        """Voice options from the next segment, the audio format from the next turn."""
-        await self.ws.send(encode_event(SessionUpdate(speed=speed, audio=audio)))
+        """Voice options from the next segment, the audio format from the next turn;
+        ``voice``: one of ``created.voices``."""
+        await self.ws.send(encode_event(SessionUpdate(speed=speed, voice=voice, audio=audio)))
 
     async def playback(self, turn_id: str, samples_played: int) -> None:
         """Tell the server how far the player got, so a cut turn reports what was heard."""

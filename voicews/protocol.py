@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import re
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal, get_args
@@ -124,6 +125,8 @@ class SessionUpdate(_Message):
 
     type: Literal["session_update"] = "session_update"
     speed: float | None = Field(default=None, ge=0.25, le=4.0)
+    voice: str | None = Field(default=None, min_length=1, max_length=128)
+    """One of the voices ``session_created`` lists."""
     chunk_frames: int | None = Field(default=None, ge=4, le=2000)
     """Engines that decode in windows (mlx-piper): latent frames per window."""
     overlap_frames: int | None = Field(default=None, ge=0, le=64)
@@ -202,6 +205,8 @@ class SessionCreated(_Event):
     protocol: int = PROTOCOL_VERSION
     audio: AudioFormat
     limits: Limits
+    voices: list[str] | None = None
+    """The voices ``session_update`` may choose, the server's default first."""
 
 
 class SessionUpdated(_Event):
@@ -212,6 +217,8 @@ class SessionUpdated(_Event):
     """The format of every turn started after this event."""
     speed: float
     """The speaking rate of every segment synthesized after this event."""
+    voice: str | None = None
+    """The voice of every segment synthesized after this event (one of ``voices``)."""
     live_turn_id: str | None = None
     """The turn live when the update came, if any: it keeps the format it started with."""
 
@@ -361,6 +368,12 @@ def parse_client_message(data: str | bytes) -> ClientMessage:
         )
     try:
         obj = json.loads(data)
+        if "\\u" in data:  # an escaped unpaired surrogate is JSON, but no text: refuse it here
+            json.dumps(obj, ensure_ascii=False).encode()
+    except UnicodeEncodeError:
+        raise VoicewsError(
+            ErrorCode.INVALID_MESSAGE, "an unpaired UTF-16 surrogate (\\uD800-\\uDFFF) is not text"
+        ) from None
     except ValueError as exc:
         raise VoicewsError(ErrorCode.INVALID_JSON, f"not valid JSON: {exc}") from None
     if not isinstance(obj, dict):
@@ -375,6 +388,14 @@ def parse_client_message(data: str | bytes) -> ClientMessage:
         return _client_adapter.validate_python(obj)
     except ValidationError as exc:
         raise VoicewsError(ErrorCode.INVALID_MESSAGE, _describe(exc)) from None
+
+
+def unknown_voice(
+    voice: str, voices: Sequence[str], code: ErrorCode = ErrorCode.INVALID_MESSAGE
+) -> VoicewsError:
+    """The refusal of a voice the server does not have, naming those it has."""
+    choices = ", ".join(voices)
+    return VoicewsError(code, f"voice: unknown voice {voice!r}; choose from {choices}")
 
 
 def _describe(exc: ValidationError, skip: int = 1, whole: str = "message") -> str:

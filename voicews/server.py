@@ -22,7 +22,7 @@ from .access import AccessPolicy, own_origins
 from .agent.conversation import AgentConfig
 from .agent.server import AgentBackend
 from .app import AppConfig, VoicewsApp
-from .engines import BUNDLED_VOICE, engine_factory
+from .engines import engine_factory, engine_voices
 from .protocol import REALTIME_PATH
 from .session import SessionConfig
 from .transport import BoundedWebSocketProtocol, TransportLimits, TransportPolicy, http_protocol
@@ -98,8 +98,8 @@ class VoicewsServer:
     async def start(self) -> None:
         logs.redact_secrets()
         await asyncio.to_thread(self.worker.start)
-        voice = self.config.voice or BUNDLED_VOICE
-        session = self.config.session
+        voices = engine_voices(self.config.engine, self.config.voice)
+        session = replace(self.config.session, voices=voices)
         agent = None
         if self.config.agent_model is not None:
             agent = AgentBackend(self.config.agent_model)
@@ -111,7 +111,6 @@ class VoicewsServer:
             AppConfig(
                 session=session,
                 access=access,
-                voice_name=voice.rpartition("/")[2].removesuffix(".onnx"),
                 max_sessions=self.config.max_sessions,
                 request_timeout=self.config.request_timeout,
             ),
@@ -165,7 +164,7 @@ class VoicewsServer:
             "listening",
             url=self.url,
             engine=self.worker.engine_name,
-            voice=voice,
+            voice=voices[0],
             sample_rate=self.worker.sample_rate,
         )
 

@@ -44,6 +44,7 @@ from .protocol import (
     TurnReset,
     TurnStarted,
     UserMessage,
+    unknown_voice,
 )
 from .segmenter import Segment, SegmenterConfig, Urgency, speakable
 from .turn import InFlight, Turn, TurnState
@@ -73,6 +74,8 @@ class SessionConfig:
     segmenter: SegmenterConfig = field(default_factory=SegmenterConfig)
     stitch: StitchConfig = field(default_factory=StitchConfig)
     agent: AgentConfig | None = None
+    voices: tuple[str, ...] = ()
+    """The engine's voices (``engines.engine_voices``), the default first."""
 
     def limits(self, max_sessions: int) -> Limits:
         """What a session enforces, and what its server admits (``max_sessions``)."""
@@ -176,6 +179,7 @@ class Session:
             session_id=self.id,
             audio=self._audio_format(),
             limits=self.config.limits(max_sessions),
+            voices=list(self.config.voices) or None,
         )
 
     def start(self, now: float) -> None:
@@ -403,6 +407,8 @@ class Session:
     def _update(self, message: SessionUpdate) -> None:
         """Voice options apply from the next segment, the audio format from the next turn;
         a refused update changes nothing."""
+        if message.voice is not None and message.voice not in self.config.voices:
+            raise unknown_voice(message.voice, self.config.voices)
         audio = self.audio
         if message.audio is not None:
             try:
@@ -414,7 +420,12 @@ class Session:
         self.audio = audio
         live = self._turn.id if self._turn is not None else None
         self.outbox.append(
-            SessionUpdated(audio=self._audio_format(), speed=self._options.speed, live_turn_id=live)
+            SessionUpdated(
+                audio=self._audio_format(),
+                speed=self._options.speed,
+                voice=self._options.voice or next(iter(self.config.voices), None),
+                live_turn_id=live,
+            )
         )
 
     def _audio_format(self) -> AudioFormat:

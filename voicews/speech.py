@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+from collections.abc import Sequence
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
@@ -32,14 +33,21 @@ from .protocol import (
     TurnDone,
     TurnReset,
     too_deep,
+    unknown_voice,
 )
 
 MAX_BODY = 1 << 20
 
 
+OPENAI_VOICES = frozenset(
+    "alloy ash ballad coral echo fable nova onyx sage shimmer verse marin cedar".split()
+)
+"""OpenAI's built-in voices, which its clients send by default: the server's default answers."""
+
+
 class SpeechRequest(BaseModel):
-    """The OpenAI ``audio/speech`` body; ``model`` and ``voice`` name what clients expect
-    and are accepted as given: this server speaks with the voice it was started with."""
+    """The OpenAI ``audio/speech`` body; ``model`` is accepted as given, ``voice`` is one of
+    the server's voices (``session_created.voices``) or of OpenAI's (:data:`OPENAI_VOICES`)."""
 
     model_config = ConfigDict(extra="ignore", strict=True)
     input: str = Field(min_length=1)
@@ -57,6 +65,16 @@ class SpeechRequest(BaseModel):
         if self.response_format == "opus" and self.sample_rate not in (None, OPUS_RATE):
             raise ValueError(f"response_format opus is sample_rate {OPUS_RATE} only")
         return self
+
+
+def answering_voice(requested: str | None, voices: Sequence[str]) -> str:
+    """The voice that speaks a request: the one asked for if the server has it, else the
+    server's default for none or an OpenAI voice; any other name is refused."""
+    if requested is None or (requested in OPENAI_VOICES and requested not in voices):
+        return voices[0]
+    if requested in voices:
+        return requested
+    raise unknown_voice(requested, voices, ErrorCode.INVALID_REQUEST)
 
 
 async def read_body(receive: Receive, limit: int) -> bytes | None:
@@ -78,7 +96,6 @@ async def speech(
     body: bytes,
     receive: Receive,
     send: Send,
-    voice: str,
     headers: list[tuple[bytes, bytes]],
 ) -> None:
     """Serve one request whose ``body`` was read; the session must allow a whole turn's text
@@ -94,12 +111,13 @@ async def speech(
     limit = session.config.max_turn_text_chars
     if len(request.input) > limit:
         raise VoicewsError(ErrorCode.INPUT_TOO_LONG, f"input over {limit} characters")
+    voice = answering_voice(request.voice, session.config.voices)
     # The session's first turn is the response: it takes this format.
     session.audio = response_output(
         request.response_format, session.sample_rate, request.sample_rate
     )
     for message in (
-        SessionUpdate(speed=request.speed),
+        SessionUpdate(speed=request.speed, voice=voice),
         TurnReset(turn_id="speech"),
         TextDelta(text=request.input),
         EndText(),

@@ -11,7 +11,10 @@ connection may speak several turns, one at a time; each is either
   cannot stream; it is ignored there, as wyoming-piper does; or
 - one-shot: ``synthesize``, answered with ``audio-start``, ``audio-chunk``*, ``audio-stop``.
 
-A closed connection cancels its synthesis. Wyoming has no authentication and no word timings.
+``describe`` lists the voices a session may choose (``engine_voices``); a turn speaks the voice
+its ``synthesize-start`` or ``synthesize`` names if the engine has it, else the server's default
+(Home Assistant sends the voice configured for it, which may be another server's). A closed
+connection cancels its synthesis. Wyoming has no authentication and no word timings.
 
 A peer gets the bounds a WebSocket peer gets (:mod:`voicews.transport`), where they apply: its
 connection counts against the connection cap; an event must be whole within the request
@@ -30,6 +33,7 @@ import contextlib
 import itertools
 import json
 import socket
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -46,11 +50,13 @@ from wyoming.tts import (
     SynthesizeStart,
     SynthesizeStop,
     SynthesizeStopped,
+    SynthesizeVoice,
 )
 
 from . import __version__, logs
 from .app import VoicewsApp
 from .driver import SessionDriver
+from .engines import KOKORO_ENGINES
 from .engines.piper import bundled_voice
 from .protocol import (
     MAX_JSON_DEPTH,
@@ -58,6 +64,7 @@ from .protocol import (
     ClientMessage,
     EndText,
     Error,
+    SessionUpdate,
     TextDelta,
     TurnDone,
     TurnReset,
@@ -68,6 +75,9 @@ from .transport import TransportLimits, TransportPolicy
 
 _WIDTH = 2  # bytes per sample: 16-bit PCM, mono
 _PIPER = Attribution(name="rhasspy", url="https://github.com/rhasspy/piper")
+_KOKORO = Attribution(name="hexgrad", url="https://huggingface.co/hexgrad/Kokoro-82M")
+_LOCALES = {"en-us": "en_US", "en": "en_GB"}
+"""Home Assistant's language codes for the espeak-ng languages Kokoro's voices speak."""
 
 
 def parse_uri(uri: str) -> tuple[str, int]:
@@ -78,12 +88,19 @@ def parse_uri(uri: str) -> tuple[str, int]:
     return parts.hostname, parts.port
 
 
-def describe(voice: Path) -> Info:
-    """What ``describe`` answers: one TTS program that streams, with the voice it speaks
-    (a Piper ``.onnx`` with its ``.onnx.json`` beside it)."""
-    config = json.loads(voice.with_name(voice.name + ".json").read_text(encoding="utf-8"))
-    language = config.get("language", {}).get("code") or config.get("espeak", {}).get("voice")
-    name = voice.name.removesuffix(".onnx")
+def describe(engine: str, voices: Sequence[str], voice_file: Path | None = None) -> Info:
+    """What ``describe`` answers: one TTS program that streams, with the voices a session may
+    choose (``engine_voices``, the default first) and the language each speaks: a Kokoro
+    voice's from its name, a Piper voice's from the ``.onnx.json`` beside ``voice_file``."""
+    if engine in KOKORO_ENGINES:
+        from .engines.kokoro.assets import language
+
+        spoken = [(name, _KOKORO, _LOCALES[language(name)]) for name in voices]
+    else:
+        path = voice_file or bundled_voice()
+        config = json.loads(path.with_name(path.name + ".json").read_text(encoding="utf-8"))
+        code = config.get("language", {}).get("code") or config.get("espeak", {}).get("voice")
+        spoken = [(voices[0], _PIPER, code or "en")]
     return Info(
         tts=[
             TtsProgram(
@@ -96,11 +113,12 @@ def describe(voice: Path) -> Info:
                     TtsVoice(
                         name=name,
                         description=name,
-                        attribution=_PIPER,
+                        attribution=attribution,
                         installed=True,
                         version=None,
-                        languages=[language or "en"],
+                        languages=[language],
                     )
+                    for name, attribution, language in spoken
                 ],
                 supports_synthesize_streaming=True,
             )
@@ -122,7 +140,8 @@ class WyomingServer:
         self.app = app
         self._policy = policy
         self._host, self._port = parse_uri(uri)
-        self._info = describe(Path(voice) if voice is not None else bundled_voice())
+        voice_file = Path(voice) if voice is not None else None
+        self._info = describe(app.worker.engine_name, app.config.session.voices, voice_file)
         self._send_buffer = socket_send_buffer
         self._server: asyncio.Server | None = None
         self._handlers: dict[asyncio.Task[None], WyomingConnection] = {}
@@ -307,7 +326,7 @@ class WyomingConnection(AsyncEventHandler):
             await self.write_event(self._info.event())
             return True
         if SynthesizeStart.is_type(event.type):
-            return await self._start_turn(streamed=True)
+            return await self._start_turn(SynthesizeStart.from_event(event).voice, streamed=True)
         if SynthesizeChunk.is_type(event.type):
             if self._streaming is None:
                 await self._refuse("no_stream", "synthesize-chunk outside synthesize-start/stop")
@@ -322,8 +341,9 @@ class WyomingConnection(AsyncEventHandler):
             self._handle(EndText())
             return True
         if Synthesize.is_type(event.type) and self._streaming is None:
-            delta = TextDelta(text=Synthesize.from_event(event).text)  # valid before a turn
-            if not await self._start_turn(streamed=False):
+            synthesize = Synthesize.from_event(event)
+            delta = TextDelta(text=synthesize.text)  # valid before a turn
+            if not await self._start_turn(synthesize.voice, streamed=False):
                 return False
             self._handle(delta, EndText())
         return True  # anything else, a synthesize inside a stream included, is not for us
@@ -348,7 +368,7 @@ class WyomingConnection(AsyncEventHandler):
             self._driver.session.drain(self._driver.now())
             self._driver.sync()
 
-    async def _start_turn(self, streamed: bool) -> bool:
+    async def _start_turn(self, voice: SynthesizeVoice | None, streamed: bool) -> bool:
         """Open the session on the first turn (the capacity check); False if refused."""
         if self._driver is None:
             refusal = self._app.capacity_refusal()
@@ -371,8 +391,14 @@ class WyomingConnection(AsyncEventHandler):
         turn_id = next(self._turn_ids)
         self._turns[turn_id] = _Turn(streamed=streamed)
         self._streaming = turn_id if streamed else None
-        self._handle(TurnReset(turn_id=turn_id))
+        self._handle(SessionUpdate(voice=self._voice(voice)), TurnReset(turn_id=turn_id))
         return True
+
+    def _voice(self, asked: SynthesizeVoice | None) -> str:
+        """The voice asked for by name if the engine has it, else the server's default."""
+        voices = self._app.config.session.voices
+        name = asked.name if asked is not None else None
+        return name if name is not None and name in voices else voices[0]
 
     def _handle(self, *messages: ClientMessage) -> None:
         assert self._driver is not None

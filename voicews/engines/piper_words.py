@@ -31,14 +31,15 @@ proportionally fewer."""
 _CLAUSE_MARKS = frozenset(",;:")
 
 BOS, EOS, PAD = "^", "$", "_"
-_ESPEAK = threading.Lock()
+ESPEAK_LOCK = threading.Lock()
+"""espeak-ng keeps global state (its voice, its buffers): every caller in voicews holds this."""
 
 
 def phonemize(voice: PiperVoice, text: str) -> list[list[str]]:
     """Piper's phonemes per sentence, text read as text: ``[[...]]``, which piper-tts would
     take as raw phonemes, is spoken as the characters it is. espeak-ng keeps global state:
     one caller at a time."""
-    with _ESPEAK:
+    with ESPEAK_LOCK:
         return voice.phonemize(_MARKUP.sub("[ ", text))
 
 
