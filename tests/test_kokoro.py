@@ -63,8 +63,14 @@ def normalized(text: str) -> list[str]:
     return re.findall(r"[a-z0-9']+", text.lower())
 
 
-def test_frames_per_token_give_the_audio_length_exactly_and_speech_is_deterministic() -> None:
-    engine = KokoroEngine()
+@pytest.fixture(scope="module")
+def engine() -> KokoroEngine:
+    return KokoroEngine()
+
+
+def test_frames_per_token_give_the_audio_length_exactly_and_speech_is_deterministic(
+    engine: KokoroEngine,
+) -> None:
     runs = [list(engine.synthesize("Hello there.", SynthesisOptions())) for _ in range(2)]
     audio, words = runs[0]
     assert isinstance(audio, np.ndarray) and audio.dtype == np.float32
@@ -74,6 +80,21 @@ def test_frames_per_token_give_the_audio_length_exactly_and_speech_is_determinis
     faster = [c for c in engine.synthesize("Hello there.", SynthesisOptions(speed=1.5))]
     assert 0.5 < len(faster[0]) / len(audio) < 0.8
     assert faster[1].samples[1] < words.samples[1]  # type: ignore[union-attr]
+
+
+def test_text_that_expands_is_synthesized_in_bounded_inferences(engine: KokoroEngine) -> None:
+    """The English voices read each CJK character as "Chinese letter": '你好' x 15 was one
+    inference of 27 s of speech, holding the worker for 10-20 s; now pieces of at most
+    ``MAX_PHONEMES`` tokens (about 6 s), fewer at slower speeds, as for Piper. At speed 0.5,
+    '你好' x 2 (59 tokens, one inference at speed 1) is two."""
+    chunks = [
+        len(item) / SAMPLE_RATE
+        for item in engine.synthesize("你好" * 2, SynthesisOptions(speed=0.5))
+        if isinstance(item, np.ndarray)
+    ]
+    print(f"'你好' x 2 at speed 0.5: inferences of {chunks} s")
+    assert sum(chunks) > 7 and len(chunks) == 2
+    assert max(chunks) < 6
 
 
 async def test_speech_is_understood_and_words_are_where_whisper_hears_them(

@@ -4,6 +4,7 @@ text -> phonemes -> token ids."""
 from __future__ import annotations
 
 import hashlib
+import math
 from pathlib import Path
 
 import numpy as np
@@ -12,7 +13,13 @@ import pytest
 from voicews.cache import CACHE_ENV
 from voicews.engines import engine_voices
 from voicews.engines.kokoro import assets
-from voicews.engines.kokoro.phonemes import _fit, phonemize, tokenize
+from voicews.engines.kokoro.phonemes import (
+    MAX_PHONEMES,
+    _fit,
+    inference_budget,
+    phonemize,
+    tokenize,
+)
 
 
 def test_the_model_is_joined_once_into_the_cache_and_checked(
@@ -87,3 +94,30 @@ def test_long_sentences_are_cut_to_the_context_at_the_best_boundary() -> None:
     assert _fit(["ab,", "cd."], 5) == ["ab,", "cd."]
     assert _fit(["ab cd ef."], 5) == ["ab cd", "ef."]
     assert _fit(["abcdefgh"], 3) == ["abc", "def", "gh"]
+
+
+def test_an_inference_takes_at_most_the_budget_in_near_equal_pieces() -> None:
+    """One Kokoro inference of a whole 510-token context holds the worker for seconds: a
+    clause over the budget is cut between words into near-equal pieces; slower speech, whose
+    every token is longer, gets proportionally fewer tokens per inference."""
+    assert inference_budget(1.0) == inference_budget(4.0) == MAX_PHONEMES
+    assert inference_budget(0.5) == MAX_PHONEMES // 2 and inference_budget(0.25) == 25
+    text = (
+        "The morning train runs along the river past the old mill and the orchards and the"
+        " fields of wheat until it reaches the harbour where the boats come in at dawn."
+    )
+    (whole,) = phonemize(text)
+    for speed in (1.0, 0.5):
+        budget = inference_budget(speed)
+        pieces = phonemize(text, limit=budget)
+        print(f"speed {speed}: pieces of {[len(p) for p in pieces]} tokens")
+        assert len(pieces) == math.ceil(len(whole) / budget)
+        assert all(len(p) <= budget for p in pieces)
+        assert max(map(len, pieces)) - min(map(len, pieces)) < budget // 3
+        assert " ".join(pieces) == whole  # cut between words, nothing lost
+    # A short clause stays whole; clauses are cut at their punctuation first.
+    assert phonemize("Hello, world! How are you?", limit=13) == [
+        "həlˈoʊ,",
+        "wˈɜːld!",
+        "hˈaʊ ɑːɹ juː?",
+    ]

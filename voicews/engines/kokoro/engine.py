@@ -1,10 +1,11 @@
 """Kokoro-82M on onnxruntime (CPU): ``voicews serve --engine kokoro [--voice af_heart]``.
 
-One inference per sentence (the model renders its input whole), so a segment's audio starts
-after its first sentence. Frames per token come from the graph (``/encoder/Clip_output_0``,
-exposed as an extra output once, into the cache): each frame is 600 samples, so the words
-are placed on them as for Piper. The exported graph has no random ops (its noise is fixed):
-the same text, voice and speed give the same audio.
+One inference per sentence, or per piece of a long one (:data:`.phonemes.MAX_PHONEMES`); the
+model renders its input whole, so a segment's audio starts after its first piece. Frames per
+token come from the graph (``/encoder/Clip_output_0``, exposed as an extra output once, into the
+cache): each frame is 600 samples, so the words are placed on them as for Piper. The exported
+graph has no random ops (its noise is fixed): the same text, voice and speed give the same
+audio.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from .assets import (
     style,
     voices,
 )
-from .phonemes import PAD, phonemize, tokenize
+from .phonemes import PAD, inference_budget, phonemize, tokenize
 from .words import PhonemeTimeline
 
 log = logging.getLogger(__name__)
@@ -84,7 +85,7 @@ class KokoroEngine:
         pack, lang = self._packs[voice], language(voice)
         speed = np.array([options.speed], dtype=np.float32)
         timeline = PhonemeTimeline()
-        for phonemes in phonemize(text, lang):
+        for phonemes in phonemize(text, lang, inference_budget(options.speed)):
             tokens = tokenize(phonemes)
             audio, frames = self._session.run(
                 None,

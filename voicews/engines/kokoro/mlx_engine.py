@@ -31,7 +31,7 @@ from .assets import (
     style,
     voices,
 )
-from .phonemes import PAD, phonemize, tokenize
+from .phonemes import PAD, inference_budget, phonemize, tokenize
 from .words import PhonemeTimeline
 
 if TYPE_CHECKING:
@@ -72,7 +72,7 @@ class MlxKokoroEngine:
             raise ValueError(f"unknown Kokoro voice {voice!r}; choose from {', '.join(voices())}")
         pack, lang = self._packs[voice], language(voice)
         timeline = PhonemeTimeline()
-        for phonemes in phonemize(text, lang):
+        for phonemes in phonemize(text, lang, inference_budget(options.speed)):
             tokens = tokenize(phonemes)
             row = mx.array(style(pack, len(tokens))[0])
             prosody = self.model.prosody([PAD, *tokens, PAD], row, options.speed)

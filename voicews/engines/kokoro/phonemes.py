@@ -14,6 +14,7 @@ own ``[[ ]]`` handling (in ``PiperVoice.phonemize``) is not on this path.
 from __future__ import annotations
 
 import functools
+import math
 import re
 import unicodedata
 
@@ -22,6 +23,12 @@ from .assets import MAX_TOKENS, vocab
 
 PAD = 0
 """Token id around every input: the model reads ``[PAD, *tokens, PAD]``."""
+
+MAX_PHONEMES = 100
+"""Phoneme tokens per inference at speed 1 (about 6 s of speech). The context takes
+:data:`MAX_TOKENS`, but one such inference holds the compute worker, and every other session's
+listener, for 10-20 s on two cores; 100 keeps most clauses whole and an inference near 2 s
+(~0.2 s each plus ~19 ms a token, README). Slower speeds stretch every token: fewer there."""
 
 _SENTENCE_MARKS = ".!?"
 _CLAUSE_MARKS = ",;:"
@@ -46,10 +53,17 @@ _FIXES = (
 _AMERICAN_FIXES = ((re.compile("(?<=n\u02c8a\u026an)ti(?!\u02d0)"), "di"),)  # "ninety"
 
 
-def phonemize(text: str, language: str = "en-us") -> list[str]:
+def inference_budget(speed: float) -> int:
+    """Phoneme tokens one inference may take at ``speed``: :data:`MAX_PHONEMES` at 1 and
+    above, fewer below, as for Piper (:func:`voicews.engines.piper_words.inference_chunks`)."""
+    return max(8, int(MAX_PHONEMES * min(speed, 1.0)))
+
+
+def phonemize(text: str, language: str = "en-us", limit: int = MAX_TOKENS) -> list[str]:
     """The text's phonemes, one string per piece the model speaks in one pass: each sentence,
-    cut at clauses, then words, where it is longer than :data:`MAX_TOKENS`. Every symbol is
-    in the vocabulary (one token each); text with nothing to say gives an empty list."""
+    cut at clauses, then words, where it is longer than ``limit`` (at most :data:`MAX_TOKENS`).
+    Every symbol is in the vocabulary (one token each); text with nothing to say gives an
+    empty list."""
     clauses = _espeak(_clean(text), language)
     fixes = _FIXES + (_AMERICAN_FIXES if language == "en-us" else ())
     known = vocab()
@@ -65,7 +79,8 @@ def phonemize(text: str, language: str = "en-us") -> list[str]:
             sentences[-1].append(clause)
         if end_of_sentence and sentences[-1]:
             sentences.append([])
-    return [piece for sentence in sentences for piece in _fit(sentence, MAX_TOKENS)]
+    limit = min(limit, MAX_TOKENS)
+    return [piece for sentence in sentences for piece in _fit(sentence, limit)]
 
 
 def tokenize(phonemes: str) -> list[int]:
@@ -105,18 +120,28 @@ def _espeak(text: str, language: str) -> list[tuple[str, str, bool]]:
 
 def _fit(clauses: list[str], limit: int) -> list[str]:
     """Join a sentence's clauses into pieces of at most ``limit`` symbols, cutting between
-    clauses where it is too long, between words where a clause is, mid-word as a last resort."""
-    atoms: list[str] = []
-    for clause in clauses:
-        if len(clause) <= limit:
-            atoms.append(clause)
-            continue
-        for word in clause.split():
-            atoms += [word[i : i + limit] for i in range(0, len(word), limit)]
+    clauses where it is too long, and a clause that is into near-equal pieces between words,
+    mid-word as a last resort."""
     pieces: list[str] = []
-    for atom in atoms:
-        if pieces and len(pieces[-1]) + 1 + len(atom) <= limit:
-            pieces[-1] += " " + atom
-        else:
-            pieces.append(atom)
+    for clause in clauses:
+        for part in [clause] if len(clause) <= limit else _split(clause, limit):
+            if pieces and len(pieces[-1]) + 1 + len(part) <= limit:
+                pieces[-1] += " " + part
+            else:
+                pieces.append(part)
+    return pieces
+
+
+def _split(clause: str, limit: int) -> list[str]:
+    """A clause longer than ``limit`` as pieces of near-equal length (none over ``limit``),
+    cut between words; a word longer than ``limit`` is cut itself."""
+    target = math.ceil(len(clause) / math.ceil(len(clause) / limit))
+    pieces: list[str] = []
+    for word in clause.split():
+        for atom in (word[i : i + limit] for i in range(0, len(word), limit)):
+            joined = len(pieces[-1]) + 1 + len(atom) if pieces else limit + 1
+            if joined <= limit and 2 * joined - len(atom) <= 2 * target:  # its middle fits
+                pieces[-1] += " " + atom
+            else:
+                pieces.append(atom)
     return pieces
