@@ -240,6 +240,16 @@ async def test_barge_in_cuts_a_kokoro_turn(client: RealtimeClient) -> None:
     assert new.samples and all(f.turn_id == "next" for f in new.frames)
 
 
+async def test_a_long_url_is_read_as_its_host_and_path(client: RealtimeClient) -> None:
+    """The session reads URLs shortened before any engine: 1,400 characters of path are not a
+    minute of Kokoro's speech (nor that minute's compute), and the words show the URL as sent."""
+    url = "https://docs.example.com/" + "a" * 1400 + "?ref=1"  # read "docs.example.com"
+    turn = await client.speak(f"Open {url} now.", timeout=timeout(60))
+    assert not turn.errors and turn.done is not None and not turn.done.cancelled
+    assert SAMPLE_RATE < turn.samples < 6 * SAMPLE_RATE
+    assert [w.text for w in turn.words] == ["Open", url, "now."]
+
+
 async def test_odd_text_is_spoken_as_far_as_it_can_be(client: RealtimeClient) -> None:
     """Control characters, symbols, other scripts and espeak's phoneme markup are text: what
     can be said is said, a piece with nothing to say is silent, and the session goes on."""
