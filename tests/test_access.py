@@ -11,11 +11,15 @@ import pytest
 from websockets.exceptions import InvalidStatus
 
 from conftest import TEST_CONFIG, running, timeout
-from voicews.access import AccessPolicy, check, load_tokens
+from voicews.access import AccessPolicy, check, load_tokens, own_origins
 from voicews.client import RealtimeClient
 
 SECRET = "s3cret-token-value"
-POLICY = AccessPolicy(tokens=frozenset({SECRET}), allowed_origins=frozenset({"https://app.test"}))
+POLICY = AccessPolicy(
+    tokens=frozenset({SECRET}),
+    allowed_origins=frozenset({"https://app.test"}),
+    own_origins=own_origins("tts.local", 8765),
+)
 
 
 @pytest.mark.parametrize(
@@ -31,13 +35,27 @@ POLICY = AccessPolicy(tokens=frozenset({SECRET}), allowed_origins=frozenset({"ht
         ({"origin": "https://evil.test", "authorization": f"Bearer {SECRET}"}, b"", 403),
         ({"origin": "https://app.test", "authorization": f"Bearer {SECRET}"}, b"", None),
         (  # the bundled page, served by this server itself
+            {"origin": "http://tts.local:8765", "authorization": f"Bearer {SECRET}"},
+            b"",
+            None,
+        ),
+        (  # DNS rebinding: evil.example resolves to us, and the Host header says so
             {
-                "origin": "http://tts.local:8765",
-                "host": "tts.local:8765",
+                "origin": "http://evil.example:8765",
+                "host": "evil.example:8765",
                 "authorization": f"Bearer {SECRET}",
             },
             b"",
-            None,
+            403,
+        ),
+        (
+            {
+                "origin": "gopher://evil.example:8765",
+                "host": "evil.example:8765",
+                "authorization": f"Bearer {SECRET}",
+            },
+            b"",
+            403,
         ),
     ],
 )
@@ -46,6 +64,24 @@ def test_check(headers: dict[str, str], query: bytes, status: int | None) -> Non
     assert (refusal.status if refusal else None) == status
     if refusal:
         assert SECRET not in refusal.message
+
+
+@pytest.mark.parametrize(
+    ("host", "port", "origins"),
+    [
+        (
+            "127.0.0.1",
+            8765,
+            {"http://127.0.0.1:8765", "http://localhost:8765", "http://[::1]:8765"},
+        ),
+        ("0.0.0.0", 80, {"http://127.0.0.1", "http://localhost", "http://[::1]"}),
+        ("::1", 9000, {"http://[::1]:9000", "http://localhost:9000", "http://127.0.0.1:9000"}),
+        ("10.1.2.3", 8765, {"http://10.1.2.3:8765"}),
+        ("tts.internal", 8765, {"http://tts.internal:8765"}),
+    ],
+)
+def test_own_origins_come_from_the_bind_address(host: str, port: int, origins: set[str]) -> None:
+    assert own_origins(host, port) == origins
 
 
 def test_open_policy_admits_everyone() -> None:

@@ -3,7 +3,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from voicews.audio import StitchConfig, Stitcher, frames, from_pcm16, to_pcm16
+from voicews.audio import StitchConfig, Stitcher, from_pcm16, to_pcm16
 from voicews.segmenter import Boundary
 
 RATE = 22050
@@ -104,7 +104,7 @@ def test_silent_segment_contributes_nothing() -> None:
     assert out.size == 0
 
 
-def test_pcm16_round_trip_and_framing() -> None:
+def test_pcm16_round_trip() -> None:
     audio = np.linspace(-1.2, 1.2, 1000, dtype=np.float32)
     pcm = to_pcm16(audio)
     assert len(pcm) == 2000
@@ -112,9 +112,6 @@ def test_pcm16_round_trip_and_framing() -> None:
     assert back.max() == pytest.approx(1.0, abs=1e-4) and back.min() == pytest.approx(
         -1.0, abs=1e-4
     )
-    parts = list(frames(pcm, 300))
-    assert [len(p) for p in parts] == [600, 600, 600, 200]
-    assert b"".join(parts) == pcm
 
 
 @pytest.mark.parametrize("chunk", [None, 300, 1000])

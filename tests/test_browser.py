@@ -12,6 +12,7 @@ Without them the tests are skipped, or fail when ``$CI`` is set. Screenshots go 
 from __future__ import annotations
 
 import asyncio
+import base64
 import os
 import re
 import shutil
@@ -24,6 +25,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 import pytest
 
 from conftest import timeout
+from voicews.client import RealtimeClient
 from voicews.server import VoicewsServer
 
 if TYPE_CHECKING:
@@ -265,3 +267,56 @@ async def test_resampling_player(browser: Browser, server: VoicewsServer) -> Non
         assert other.problems == [] and other.foreign == []
     finally:
         await other.page.close()
+
+
+async def test_output_rate_choice(browser: Browser, server: VoicewsServer) -> None:
+    """48 kHz or the voice's own rate: ``?sample_rate=48000`` preselects it, the page asks the
+    server for it at connect and plays it with no resampling of its own; choosing the other
+    reconnects at the voice's rate."""
+    other = await Browser.open(browser.page.context, server.http_url, "/?sample_rate=48000")
+    try:
+        assert await other.page.input_value("#output-rate") == "48000"
+        await other.page.evaluate("(text) => window.voicews.speak(text, 0)", REPLY)
+        s = await other.wait_for("s.drained", 60)
+        assert (s["contextRate"], s["sampleRate"]) == (48000, 48000)
+        assert s["samplesPlayed"] == s["samplesReceived"] == s["turnDone"]["samples"] > 2 * 48000
+        assert s["underruns"] == s["lateUnderruns"], await other.log()
+        assert s["gaps"] == 0 and s["wavePeak"] > 0.05
+        await other.page.select_option("#output-rate", "0")
+        s = await other.wait_for("s.connected && s.sampleRate === 22050", 10)
+        await other.page.evaluate("(text) => window.voicews.speak(text, 0)", "Back to normal.")
+        s = await other.wait_for("s.drained", 30)
+        assert s["contextRate"] == s["sampleRate"] == 22050
+        assert other.problems == [] and other.foreign == []
+    finally:
+        await other.page.close()
+
+
+async def test_opus_frames_decode_with_webcodecs(browser: Browser, server: VoicewsServer) -> None:
+    """PROTOCOL.md's browser recipe: each opus frame is one packet for WebCodecs' AudioDecoder,
+    which gives back exactly the samples the frames count (the lookahead included)."""
+    async with await RealtimeClient.connect(server.url + "?format=opus") as client:
+        turn = await client.speak("Hello there, how can I help?", timeout=timeout(20))
+    packets = [base64.b64encode(frame.pcm).decode() for frame in turn.frames]
+    decoded = await browser.page.evaluate(
+        """async (packets) => {
+          const sizes = [];
+          let error = null;
+          const decoder = new AudioDecoder({
+            output: (data) => { sizes.push(data.numberOfFrames); data.close(); },
+            error: (e) => { error = String(e); },
+          });
+          decoder.configure({ codec: "opus", sampleRate: 48000, numberOfChannels: 1 });
+          packets.forEach((packet, i) => {
+            const data = Uint8Array.from(atob(packet), (c) => c.charCodeAt(0));
+            decoder.decode(new EncodedAudioChunk(
+              { type: "key", timestamp: i * 20000, duration: 20000, data }));
+          });
+          await decoder.flush();
+          return { sizes, error };
+        }""",
+        packets,
+    )
+    assert decoded["error"] is None
+    assert decoded["sizes"] == [frame.samples for frame in turn.frames]
+    assert sum(decoded["sizes"]) == turn.done.samples  # type: ignore[union-attr]

@@ -33,6 +33,13 @@ def test_serve_defaults_are_the_config(monkeypatch: pytest.MonkeyPatch) -> None:
     assert serve_config(parser().parse_args(["serve"])) == ServerConfig()
 
 
+def test_the_connection_bounds_are_options(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("VOICEWS_TOKENS", raising=False)
+    args = parser().parse_args(["serve", "--request-timeout", "2.5", "--max-connections", "9"])
+    config = serve_config(args)
+    assert (config.request_timeout, config.max_connections) == (2.5, 9)
+
+
 def test_the_bundled_voice_is_the_one_named() -> None:
     assert bundled_voice().name == f"{BUNDLED_VOICE}.onnx"
 

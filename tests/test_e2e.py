@@ -123,6 +123,7 @@ async def test_words_are_placed_and_a_cut_turn_was_heard_to_the_word(
     while played is None or turn.samples <= played:
         match await client.recv(timeout(20)):
             case AudioFrame() as frame:
+                turn.frames.append(frame)
                 turn.pcm += frame.pcm
             case Words() as placed if len(placed.words) >= 4 and played is None:
                 turn.words += placed.words

@@ -24,13 +24,15 @@ def load(name: str) -> ModuleType:
     return module
 
 
-@pytest.mark.parametrize("name", ["pipecat_pipeline", "livekit_stream"])
-async def test_example_speaks(name: str, server: VoicewsServer, tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("name", "rate"),
+    [("pipecat_pipeline", 24000), ("livekit_stream", 22050)],  # each framework's default
+)
+async def test_example_speaks(name: str, rate: int, server: VoicewsServer, tmp_path: Path) -> None:
     output = tmp_path / "reply.wav"
     await asyncio.wait_for(
         load(name).speak(server.url, "Hello! How can I help you today?", str(output)),
         timeout(30),
     )
     with wave.open(str(output)) as wav:
-        rate = wav.getframerate()  # the voice's, or the pipeline's once the server converts
-        assert rate in (22050, 24000) and wav.getnframes() / rate > 1.0
+        assert wav.getframerate() == rate and wav.getnframes() / rate > 1.0

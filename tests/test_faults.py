@@ -53,7 +53,10 @@ async def test_http_speech_cut_by_an_engine_failure_is_a_truncated_transfer() ->
     build = engine_factory("piper")
     worker = ComputeWorker(lambda: FailsOnMarker(build()))
     async with running(TEST_CONFIG, worker=worker) as srv:
-        body = b'{"input": "This part is fine. Then things explode here. Never said."}'
+        body = (
+            b'{"input": "This part is fine. Then things explode here. Never said.", '
+            b'"response_format": "wav"}'
+        )
         reader, writer = await asyncio.open_connection("127.0.0.1", srv.port)
         writer.write(
             b"POST /v1/audio/speech HTTP/1.1\r\nHost: t\r\nContent-Length: "

@@ -22,6 +22,8 @@ from conftest import running, timeout, with_session
 from voicews.errors import SESSION_CODES, VoicewsError
 from voicews.protocol import (
     CLIENT_TYPES,
+    ENCODINGS,
+    SAMPLE_RATES,
     AudioFrame,
     Error,
     Pong,
@@ -58,7 +60,16 @@ wellformed = st.one_of(
     st.builds(lambda t: {"type": "turn_reset", "turn_id": t}, st.sampled_from("abcd")),
     st.builds(lambda t: {"type": "text_delta", "text": t}, st.text(max_size=40)),
     st.just({"type": "end_text"}),
-    st.builds(lambda v: {"type": "session_update", "speed": v}, st.floats(0.5, 2.0)),
+    st.builds(lambda v: {"type": "session_update", "speed": v}, st.floats(0.25, 4.0)),
+    st.builds(
+        lambda rate, fmt: {"type": "session_update", "audio": {"sample_rate": rate, "format": fmt}},
+        st.sampled_from((*SAMPLE_RATES, 11025)),
+        st.sampled_from((*ENCODINGS, "mp3")),
+    ),
+    st.builds(
+        lambda rate: {"type": "session_update", "audio": {"sample_rate": rate}},
+        st.sampled_from(SAMPLE_RATES),
+    ),
 )
 frames = st.one_of(
     wellformed.map(json.dumps),
@@ -144,9 +155,10 @@ def test_session_survives_any_sequence_of_frames(steps: list[object]) -> None:
 
 
 def check_stream(sent: list[object]) -> None:
-    """Every started turn is done exactly once; frames are contiguous; errors are typed; a
-    words event places its segment's words, in order, from where the segment starts."""
-    open_turn, seq, latest = None, 0, None
+    """Every started turn is done exactly once; frames are contiguous and turn_done counts
+    them, whatever the format; errors are typed; a words event places its segment's words,
+    in order, from where the segment starts."""
+    open_turn, seq, latest, position = None, 0, None, 0
     segment: SegmentStarted | None = None
     for item in sent:
         if isinstance(item, SegmentStarted):
@@ -162,12 +174,13 @@ def check_stream(sent: list[object]) -> None:
             assert item.code in KNOWN_CODES and item.message
         elif isinstance(item, TurnStarted):
             assert open_turn is None and item.turn_id != latest  # duplicate_turn_id
-            open_turn, seq, latest = item.turn_id, 0, item.turn_id
+            open_turn, seq, latest, position = item.turn_id, 0, item.turn_id, 0
         elif isinstance(item, AudioFrame):
             assert item.turn_id == open_turn and item.seq == seq
-            seq += 1
+            assert item.start_sample == position and item.samples > 0
+            seq, position = seq + 1, position + item.samples
         elif isinstance(item, TurnDone):
-            assert item.turn_id == open_turn
+            assert item.turn_id == open_turn and item.samples == position
             open_turn = None
     assert open_turn is None
 

@@ -13,9 +13,13 @@ import numpy as np
 import pytest
 
 from conftest import timeout
+from voicews.audio import to_pcm16
 from voicews.client import RealtimeClient
+from voicews.encoding import OpusDecoder, decode_pcm
 from voicews.errors import ErrorCode, VoicewsError
 from voicews.protocol import (
+    ENCODINGS,
+    Encoding,
     Error,
     Pong,
     decode_frame,
@@ -82,12 +86,29 @@ def test_events_from_a_newer_server_are_tolerated() -> None:
     assert parse_server_event(json.dumps(unknown)) is None
 
 
+def decoded_values(pcm: bytes, encoding: Encoding) -> list[float] | list[int]:
+    """A frame's samples as frames.json lists them: floats for pcm_f32le, else 16-bit."""
+    if encoding == "pcm_s16le":
+        return np.frombuffer(pcm, dtype="<i2").tolist()
+    audio = decode_pcm(pcm, encoding)
+    if encoding == "pcm_f32le":
+        return audio.tolist()
+    return np.frombuffer(to_pcm16(audio), dtype="<i2").tolist()
+
+
 @pytest.mark.parametrize("golden", FRAMES, ids=lambda f: f["file"])
 def test_audio_frames_decode_and_encode_byte_for_byte(golden: dict[str, Any]) -> None:
     data = (EXAMPLES / golden["file"]).read_bytes()
     frame = decode_frame(data)
-    assert (frame.turn_id, frame.seq, frame.start_sample) == (
-        golden["turn_id"], golden["seq"], golden["start_sample"],
+    assert (frame.turn_id, frame.seq, frame.start_sample, frame.samples) == (
+        golden["turn_id"], golden["seq"], golden["start_sample"], golden["samples"],
     )  # fmt: skip
-    assert np.frombuffer(frame.pcm, dtype="<i2").tolist() == golden["samples"]
+    if golden["format"] == "opus":
+        assert OpusDecoder().decode(frame.pcm).size == golden["samples"]
+    else:
+        assert decoded_values(frame.pcm, golden["format"]) == golden["values"]
     assert encode_frame(frame) == data
+
+
+def test_every_format_has_a_golden_frame() -> None:
+    assert {golden["format"] for golden in FRAMES} == set(ENCODINGS)

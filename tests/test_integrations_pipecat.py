@@ -154,9 +154,7 @@ async def test_three_turns_whole_interrupted_whole(server: VoicewsServer) -> Non
     assert not errors, errors
     for context in (first, third):
         frames = b.audio(context)
-        # The rate asked for, or the voice's own from a server that cannot convert.
-        assert len(rates := {f.sample_rate for _, f in frames}) == 1
-        assert rates <= {OUTPUT_RATE, 22050}
+        assert {f.sample_rate for _, f in frames} == {OUTPUT_RATE}  # the rate asked for
         assert all(f.num_channels == 1 for _, f in frames)
     assert b.seconds(first) > 3.0 and b.seconds(third) > 1.5
     first_audio = b.audio(first)[0][0] - first_token

@@ -377,3 +377,18 @@ def test_mlx_piper_speech_is_understood(
     expected = words(SPOKEN)
     missing = [w for w in expected if w not in heard]
     assert len(missing) <= 0.15 * len(expected), (heard, missing)
+
+
+def test_a_long_sentence_is_split_into_bounded_inferences_as_the_other_engine_splits_it(
+    engine: MlxPiperEngine,
+) -> None:
+    """The phonemes per inference are bounded (issue 10.3), the same way for both engines:
+    pieces of at most ``MAX_PHONEMES`` (fewer when slower), each laid out BOS ... EOS."""
+    from voicews.engines.piper_words import MAX_PHONEMES
+
+    text = "你好" * 40  # spelled out by the English voice: one sentence, ~540 phonemes
+    for speed in (1.0, 0.5):
+        pieces = engine.phoneme_ids(text, speed)
+        budget = int(MAX_PHONEMES * speed)
+        assert len(pieces) >= 3
+        assert all(len(ids) <= 2 * budget + 2 for ids in pieces)  # a pad after each, BOS, EOS

@@ -82,3 +82,26 @@ async def test_metrics_count_sessions_turns_latency_and_errors(
         f"event=turn_done session={c.created.session_id} turn={turn.turn_id}" in x for x in lines
     )
     assert any("event=error" in x and "code=invalid_json" in x for x in lines)
+
+
+@pytest.mark.parametrize(
+    ("path", "status"),
+    [
+        ("/", 200),
+        ("/index.html", 200),
+        ("/app.js", 200),
+        ("/style.css", 200),
+        ("/vendor/msgpack.min.js", 200),
+        ("/README.md", 404),
+        ("/vendor/README.md", 404),
+        ("/vendor/msgpack-LICENSE", 404),
+        ("/test/wire.test.mjs", 404),
+        ("/../README.md", 404),
+        ("/vendor/../app.js", 404),
+        ("/.hidden.js", 404),
+    ],
+)
+async def test_the_web_root_serves_only_the_clients_files(
+    server: VoicewsServer, path: str, status: int
+) -> None:
+    assert (await http_get(server.port, path))[0] == status

@@ -16,7 +16,7 @@ from voicews.protocol import (
 
 
 def frame(turn_id: str, seq: int, samples: int = 10) -> AudioFrame:
-    return AudioFrame(turn_id, seq, seq * samples, b"\x00\x00" * samples)
+    return AudioFrame(turn_id, seq, seq * samples, b"\x00\x00" * samples, samples)
 
 
 def test_items_go_out_in_order_and_audio_is_counted() -> None:

@@ -276,7 +276,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
 
 
 def speech_body(text: str) -> bytes:
-    return json.dumps({"input": text}).encode()
+    return json.dumps({"input": text, "response_format": "wav"}).encode()
 
 
 async def close_all(clients: list[RealtimeClient]) -> None:

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from voicews.segmenter import Boundary, Segmenter, SegmenterConfig, Urgency
+from voicews.segmenter import Boundary, Segmenter, SegmenterConfig, Urgency, speakable
 
 
 def feed_all(seg: Segmenter, *deltas: str) -> None:
@@ -162,3 +162,67 @@ def test_whitespace_only_yields_nothing() -> None:
     seg.close()
     assert seg.next_segment(Urgency.FLUSH) is None
     assert seg.pending_chars == 0
+
+
+def test_a_token_longer_than_the_cap_is_cut_into_pieces() -> None:
+    """A 4,000-character word or base64 must not become one segment (one huge inference)."""
+    seg = Segmenter(SegmenterConfig(max_chars=40))
+    word = "x" * 100 + "."
+    seg.feed(f"{word} Then more.")
+    first = seg.next_segment(Urgency.FIRST)
+    assert first is not None and len(first.text) == 40
+    seg.close()
+    pieces = [first.text, *drain(seg)]
+    assert all(len(p) <= 40 for p in pieces)
+    assert "".join(pieces[:-1]) == word and pieces[-1] == "Then more."
+
+
+def test_a_long_token_is_cut_after_punctuation_where_it_has_some() -> None:
+    seg = Segmenter(SegmenterConfig(max_chars=40))
+    seg.feed("part-" * 20)
+    got = seg.next_segment(Urgency.CRITICAL)
+    assert got is not None and got.text == "part-" * 8
+
+
+def test_a_url_is_never_split_however_long() -> None:
+    url = "https://example.com/" + "path/" * 60 + "?q=1"
+    text = f"Open {url} now."
+    for step in (1, 7, 50):
+        seg = Segmenter(SegmenterConfig(first_words=1, max_chars=40))
+        pieces: list[str] = []
+        for i in range(0, len(text), step):
+            seg.feed(text[i : i + step])
+            while (s := seg.next_segment(Urgency.CRITICAL)) is not None:
+                pieces.append(s.text)
+        seg.close()
+        pieces += drain(seg)
+        assert pieces == ["Open", url, "now."], step
+
+
+def test_a_url_still_arriving_is_flushed_when_the_text_pauses() -> None:
+    seg = Segmenter(SegmenterConfig(max_chars=40))
+    seg.feed("https://example.com/" + "a" * 60)
+    assert seg.next_segment(Urgency.CRITICAL) is None  # it may go on
+    got = seg.next_segment(Urgency.FLUSH)
+    assert got is not None and got.text == "https://example.com/" + "a" * 60
+
+
+@pytest.mark.parametrize(
+    ("text", "spoken"),
+    [
+        (
+            "See https://docs.example.com/guide/install?ref=abc#top, then restart.",
+            "See docs.example.com/guide/install, then restart.",
+        ),
+        ("Visit www.example.com.", "Visit example.com."),
+        ("(https://user:pw@host.example:8080/a/)", "(host.example:8080/a)"),
+        (
+            "https://example.com/" + "abcdefgh/" * 300 + " ok",
+            "example.com/abcdefgh/abcdefgh/abcdefgh ok",
+        ),
+        ("no urls at all, e.g. 3.14", "no urls at all, e.g. 3.14"),
+    ],
+)
+def test_urls_are_read_as_host_and_path_at_most_url_chars(text: str, spoken: str) -> None:
+    assert speakable(text) == spoken
+    assert len(speakable(text).split()) == len(text.split())  # word timings keep their places

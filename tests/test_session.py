@@ -7,10 +7,13 @@ from dataclasses import replace
 import numpy as np
 
 from voicews.agent.conversation import AgentConfig
+from voicews.encoding import OutputFormat
 from voicews.errors import CloseCode, ErrorCode
 from voicews.outbox import Outgoing
 from voicews.protocol import (
+    AudioFormat,
     AudioFrame,
+    AudioUpdate,
     Cancel,
     EndText,
     Error,
@@ -20,6 +23,7 @@ from voicews.protocol import (
     ReplyDelta,
     SegmentStarted,
     SessionUpdate,
+    SessionUpdated,
     TextDelta,
     TurnDone,
     TurnReset,
@@ -37,8 +41,9 @@ def speech(seconds: float) -> np.ndarray:
     return (0.3 * np.sin(2 * np.pi * 200 * t)).astype(np.float32)
 
 
-def make(**overrides: object) -> Session:
-    return Session("s1", RATE, replace(SessionConfig(), **overrides))  # type: ignore[arg-type]
+def make(audio: OutputFormat | None = None, **overrides: object) -> Session:
+    config = replace(SessionConfig(), **overrides)  # type: ignore[arg-type]
+    return Session("s1", RATE, config, audio)
 
 
 def send(session: Session, now: float) -> Outgoing | None:
@@ -436,6 +441,25 @@ def test_speed_applies_to_next_segment() -> None:
     assert one(s).options.speed == 1.5
 
 
+def test_a_voice_update_is_acknowledged_and_a_refused_one_changes_nothing() -> None:
+    s = make(voices=("af_heart", "bm_george"))
+    assert s.created(max_sessions=1).voices == ["af_heart", "bm_george"]
+    s.handle(SessionUpdate(speed=1.5), 0.0)
+    assert drain(s)[-1] == SessionUpdated(audio=AudioFormat(sample_rate=RATE), speed=1.5,
+                                          voice="af_heart")  # fmt: skip
+    s.handle(SessionUpdate(voice="bm_george"), 0.0)
+    assert isinstance(ack := drain(s)[-1], SessionUpdated) and ack.voice == "bm_george"
+    s.handle(SessionUpdate(voice="alloy", speed=2.0, audio=AudioUpdate(sample_rate=8000)), 0.0)
+    (refused,) = drain(s)
+    assert isinstance(refused, Error) and refused.code == ErrorCode.INVALID_MESSAGE
+    assert "'alloy'; choose from af_heart, bm_george" in refused.message
+    s.handle(TurnReset(turn_id="t1"), 0.0)
+    s.handle(TextDelta(text="Quick, please."), 0.0)
+    req = one(s)
+    assert (req.options.voice, req.options.speed) == ("bm_george", 1.5)  # neither refused
+    assert s.audio.sample_rate == RATE  # the refused format did not apply either
+
+
 def test_close_cancels_in_flight_job() -> None:
     s = make()
     s.handle(TurnReset(turn_id="t1"), 0.0)
@@ -535,3 +559,62 @@ def test_a_user_message_needs_agent_mode() -> None:
     s.handle(UserMessage(text="Hi."), 0.0)
     assert errors(drain(s)) == [ErrorCode.AGENT_UNAVAILABLE]
     assert s.take_submissions() == [] and s.history == []
+
+
+def test_frames_and_positions_are_at_the_output_rate() -> None:
+    def second_segment_start(s: Session) -> tuple[int, list[AudioFrame]]:
+        s.handle(TurnReset(turn_id="t1"), 0.0)
+        s.handle(TextDelta(text="First one. Second one. "), 0.0)
+        synthesize(s, one(s), 1.5, 0.1)  # 1.5 s queued, over the 1 s bound at any rate
+        assert s.take_submissions() == [] and s.pending_audio_s >= 1.0
+        frames = [i for i in drain(s, 0.2) if isinstance(i, AudioFrame)]
+        second = one(s)
+        s.on_audio(second.job_id, speech(0.5), 0.3)
+        (segment,) = [i for i in s.outbox if isinstance(i, SegmentStarted)]
+        return segment.start_sample, frames
+
+    native, _ = second_segment_start(make(max_pending_audio_ms=1000))
+    s = make(OutputFormat(44100, "pcm_mulaw"), max_pending_audio_ms=1000)
+    assert s.created(max_sessions=1).audio == AudioFormat(sample_rate=44100, format="pcm_mulaw")
+    start, frames = second_segment_start(s)
+    assert start == 2 * native  # 44100 is twice the voice's 22050
+    assert all(len(f.pcm) == f.samples <= 44100 * 40 // 1000 for f in frames)  # 1 byte each
+    assert [f.start_sample for f in frames] == [
+        sum(f.samples for f in frames[:i]) for i in range(len(frames))
+    ]
+    assert abs(sum(f.samples for f in frames) - 1.5 * 44100) < 0.05 * 44100
+
+
+def test_a_format_update_applies_from_the_next_turn_and_a_refused_one_changes_nothing() -> None:
+    def spoken(s: Session, turn_id: str, now: float) -> list[AudioFrame]:
+        synthesize(s, one(s), 0.5, now)
+        s.handle(EndText(), now)
+        out = drain(s, now)
+        assert isinstance(out[-1], TurnDone) and out[-1].turn_id == turn_id
+        return [i for i in out if isinstance(i, AudioFrame)]
+
+    s = make()
+    s.handle(TurnReset(turn_id="t1"), 0.0)
+    s.handle(TextDelta(text="Hello there. "), 0.0)
+    s.handle(SessionUpdate(speed=1.5, audio=AudioUpdate(format="opus")), 0.0)
+    opus = AudioFormat(sample_rate=48000, format="opus")  # Opus is 48 kHz only
+    assert drain(s) == [
+        TurnStarted(turn_id="t1"),
+        SessionUpdated(audio=opus, speed=1.5, live_turn_id="t1"),
+    ]
+    live = spoken(s, "t1", 0.1)
+    assert all(len(f.pcm) == 2 * f.samples for f in live)  # t1 is still PCM16
+    assert abs(sum(f.samples for f in live) - 0.5 * RATE) < 0.1 * RATE  # at the voice's rate
+    s.handle(SessionUpdate(speed=2.0, audio=AudioUpdate(sample_rate=8000)), 0.2)  # Opus: no
+    (refused,) = drain(s)
+    assert isinstance(refused, Error) and refused.code == ErrorCode.INVALID_MESSAGE
+    assert "opus" in refused.message
+    s.handle(TurnReset(turn_id="t2"), 0.2)
+    s.handle(TextDelta(text="Again. "), 0.2)
+    assert s.take_submissions()[0].options.speed == 1.5  # the refused speed did not apply
+    s.handle(Cancel(), 0.2)
+    s.handle(TurnReset(turn_id="t3"), 0.3)
+    s.handle(TextDelta(text="Again. "), 0.3)
+    frames = spoken(s, "t3", 0.3)
+    assert {f.samples for f in frames} == {960}  # one 20 ms Opus packet per frame
+    assert abs(sum(f.samples for f in frames) - 0.5 * 48000) < 0.1 * 48000

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from voicews.audio import StitchConfig
+from voicews.encoding import FrameEncoder, OutputFormat
 from voicews.outbox import Outgoing
 from voicews.protocol import AudioFrame, SegmentStarted, WordMark, Words
 from voicews.segmenter import Boundary
@@ -20,12 +21,17 @@ def tone(samples: int, silence: int = 0) -> np.ndarray:
     return audio
 
 
+def make(out_rate: int = RATE) -> Track:
+    """A track of an engine at ``RATE``, framed in 40 ms PCM16 frames at ``out_rate``."""
+    return Track("t", RATE, FrameEncoder(RATE, OutputFormat(out_rate), 40), StitchConfig())
+
+
 def frames(items: list[Outgoing]) -> list[AudioFrame]:
     return [i for i in items if isinstance(i, AudioFrame)]
 
 
 def test_a_segment_is_announced_with_its_first_audio_then_framed_in_order() -> None:
-    track = Track("t", RATE, 40, StitchConfig())
+    track = make()
     track.begin("Hello there,")
     assert track.push(tone(0, silence=300)) == []  # silence only: nothing to say yet
     out = track.push(tone(500))
@@ -47,7 +53,7 @@ def test_a_segment_is_announced_with_its_first_audio_then_framed_in_order() -> N
 
 
 def test_words_are_placed_from_the_segments_start_after_the_trimmed_lead() -> None:
-    track = Track("t", RATE, 40, StitchConfig())
+    track = make()
     track.begin("One.")
     track.push(tone(200))
     track.end(Boundary.SENTENCE)
@@ -70,7 +76,7 @@ def test_words_are_placed_from_the_segments_start_after_the_trimmed_lead() -> No
 
 
 def test_a_miscounted_placement_leaves_the_segment_whole() -> None:
-    track = Track("t", RATE, 40, StitchConfig())
+    track = make()
     track.begin("two words")
     track.push(tone(300))
     assert track.place_words([0, 100, 200]) is None
@@ -78,7 +84,7 @@ def test_a_miscounted_placement_leaves_the_segment_whole() -> None:
 
 
 def test_what_was_heard_ends_at_the_last_unit_that_had_started() -> None:
-    track = Track("t", RATE, 40, StitchConfig())
+    track = make()
     track.spoken = [(0, "Hello"), (300, "there,"), (700, "friend.")]
     assert track.heard(0) == ""
     assert track.heard(301) == "Hello there,"
@@ -86,7 +92,7 @@ def test_what_was_heard_ends_at_the_last_unit_that_had_started() -> None:
 
 
 def test_the_tail_after_a_failed_segment_is_not_announced_as_it() -> None:
-    track = Track("t", RATE, 40, StitchConfig())
+    track = make()
     track.begin("Spoken.")
     track.push(tone(200))
     track.end(Boundary.SENTENCE)
@@ -94,3 +100,27 @@ def test_the_tail_after_a_failed_segment_is_not_announced_as_it() -> None:
     tail = track.finish()  # the previous segment's faded tail
     assert tail and all(isinstance(i, AudioFrame) for i in tail)
     assert [text for _, text in track.spoken] == ["Spoken."]
+
+
+def test_at_another_output_rate_positions_are_at_that_rate_and_kept_at_the_engines() -> None:
+    track = make(out_rate=2 * RATE)
+    track.begin("One.")
+    out = track.push(tone(200))
+    out += track.end(Boundary.SENTENCE)
+    track.begin("two words")
+    out += track.push(tone(300))
+    engine_start = track.spoken[-1][0]
+    (_, announced) = [i for i in out if isinstance(i, SegmentStarted)]
+    assert announced.start_sample == 2 * engine_start
+    placed = track.place_words([0, 100])
+    assert placed is not None
+    assert [w.start_sample for w in placed.words] == [2 * engine_start, 2 * (engine_start + 100)]
+    assert track.spoken[-2:] == [(engine_start, "two"), (engine_start + 100, "words")]
+    assert track.heard(2 * (engine_start + 100)) == "One. two"
+    out += track.end(Boundary.SENTENCE) + track.finish()
+    sent = frames(out)
+    assert all(0 < f.samples <= 80 for f in sent)  # 40 ms at the output rate
+    assert [f.start_sample for f in sent] == [
+        sum(f.samples for f in sent[:i]) for i in range(len(sent))
+    ]
+    assert track.samples == 2 * (engine_start + 300)  # the resampler flushed at the end

@@ -5,13 +5,15 @@ from __future__ import annotations
 import pytest
 
 from voicews.audio import StitchConfig
+from voicews.encoding import FrameEncoder, OutputFormat
 from voicews.errors import ErrorCode, VoicewsError
 from voicews.segmenter import SegmenterConfig
 from voicews.turn import Turn, TurnState
 
 
 def make(now: float = 0.0) -> Turn:
-    return Turn("t1", now, 1000, 40, SegmenterConfig(), StitchConfig())
+    encoder = FrameEncoder(1000, OutputFormat(1000), 40)
+    return Turn("t1", now, 1000, encoder, SegmenterConfig(), StitchConfig())
 
 
 def refused(turn: Turn, what: str = "text_delta") -> ErrorCode:

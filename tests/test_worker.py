@@ -220,6 +220,28 @@ def test_jobs_run_as_they_are_due_a_first_segment_a_little_after_it_was_asked_fo
     assert engine.computed == ["hold", "again", "dry1", "first1", "first2", "hand1", "hand2"]
 
 
+def test_a_first_segment_is_due_like_any_other_once_its_first_audio_is_out(
+    worker: ComputeWorker, engine: Costed, clock: FakeClock
+) -> None:
+    """A first segment is due ``FIRST_AUDIO_TARGET`` after it was asked for only until its
+    first audio is out; then, like any segment, when its listener runs dry, each chunk moving
+    that back by the audio it made: one session's long first segment cannot hold back another
+    listener who runs dry sooner."""
+    engine.gates["hold"] = gate = Gate()
+    rec = Recorder()
+    worker.submit(rec.speak("blocker", "hold"))
+    assert gate.reached.wait(WAIT)
+    now = clock()
+    worker.submit(rec.speak("long", "a b c d", first=True, deadline=now))
+    worker.submit(rec.speak("soon", "s1 s2", deadline=now + 0.25))
+    gate.go.set()
+    rec.wait(3)
+    # "long" is due at now + 0.2, before "soon"; each word (0.1 s of audio, 0.01 s of
+    # compute) makes the rest due at + 0.12, 0.22, 0.32: "soon" (due at 0.25, then 0.35)
+    # goes between its words.
+    assert engine.computed == ["hold", "a", "b", "c", "s1", "d", "s2"]
+
+
 def test_a_first_segment_overtakes_a_running_job_due_later_at_its_next_step(
     worker: ComputeWorker, engine: Costed, clock: FakeClock
 ) -> None:

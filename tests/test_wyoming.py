@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import socket
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field, replace
@@ -20,6 +21,7 @@ from wyoming.tts import (
     SynthesizeChunk,
     SynthesizeStart,
     SynthesizeStop,
+    SynthesizeVoice,
 )
 
 from conftest import TEST_CONFIG, running, timeout
@@ -35,8 +37,8 @@ LONG = " ".join(f"Sentence {i} keeps going, clause after clause, for a while." f
 @pytest.fixture(scope="module")
 async def wyoming(server: VoicewsServer) -> AsyncIterator[WyomingServer]:
     """Wyoming on a free port, beside the shared server's WebSocket, on the same app."""
-    assert server.app is not None
-    wy = WyomingServer(server.app, "tcp://127.0.0.1:0")
+    assert server.app is not None and server.policy is not None
+    wy = WyomingServer(server.app, "tcp://127.0.0.1:0", server.policy)
     await wy.start()
     yield wy
     await wy.close()
@@ -120,17 +122,21 @@ async def test_streamed_reply_speaks_while_the_text_arrives(wyoming: WyomingServ
 
 
 async def test_one_shot_synthesize_alone(wyoming: WyomingServer) -> None:
+    """Home Assistant names the voice configured for it: one this server lacks falls back to
+    the default, one it has is spoken."""
     async with AsyncTcpClient("127.0.0.1", wyoming.port) as client:
-        await client.write_event(Synthesize(text=REPLY).event())
+        other = SynthesizeVoice(name="en_US-lessac-medium")
+        await client.write_event(Synthesize(text=REPLY, voice=other).event())
         reply = await read_reply(client, "audio-stop")
         # The connection stays usable: a second request, streamed this time.
-        await client.write_event(SynthesizeStart().event())
+        ours = SynthesizeVoice(name="en_US-joe-medium")
+        await client.write_event(SynthesizeStart(voice=ours).event())
         await client.write_event(SynthesizeChunk(text="Goodbye.").event())
         await client.write_event(SynthesizeStop().event())
         second = await read_reply(client, "synthesize-stopped")
     assert kinds(reply.events) == ["audio-start", "audio-chunk", "audio-stop"]
     assert_speech(reply, 3.0)
-    assert kinds(second.events) == STREAMED
+    assert kinds(second.events) == STREAMED and not reply.errors and not second.errors
 
 
 async def test_closing_the_connection_cancels_synthesis(
@@ -209,6 +215,55 @@ async def test_sessions_count_against_max_sessions() -> None:
             await first.write_event(SynthesizeStop().event())
             reply = await read_reply(first, "synthesize-stopped")
     assert_speech(reply, 0.5)
+
+
+async def test_a_peer_that_stops_reading_or_trickles_an_event_frees_its_slot() -> None:
+    """Wyoming has no ping: a peer that leaves our audio unread for ``write_timeout``
+    (ping_interval + ping_timeout) is gone, counted as lost; one whose event is not whole
+    within the request timeout, or too large, is dropped. Either way its session ends and its
+    slot is free, in about those bounds (before: when the turn ran out, then the idle
+    timeout, 15 min)."""
+    config = replace(
+        TEST_CONFIG,
+        wyoming_uri="tcp://127.0.0.1:0",
+        ping_interval=0.5,
+        ping_timeout=0.5,
+        request_timeout=0.5,
+    )
+    async with running(config) as srv:
+        assert srv.wyoming is not None and srv.app is not None
+        deaf = socket.socket()  # a small receive window, so the server's writes back up soon
+        deaf.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        deaf.setblocking(False)
+        await asyncio.get_running_loop().sock_connect(deaf, ("127.0.0.1", srv.wyoming.port))
+        _, deaf_writer = await asyncio.open_connection(sock=deaf)
+        trickler, trickler_writer = await asyncio.open_connection("127.0.0.1", srv.wyoming.port)
+        try:
+            start = time.monotonic()
+            deaf_writer.write(b'{"type": "synthesize", "data": {"text": "%s"}}\n' % LONG.encode())
+            trickler_writer.write(b'{"type": "synthesize-start"}\n{"type": "synthesize-chu')
+            async with asyncio.timeout(timeout(5)):
+                while len(srv.app.sessions) < 2:
+                    await asyncio.sleep(0.01)
+            assert srv.open_connections() == 2  # Wyoming connections count toward the cap
+            assert await asyncio.wait_for(trickler.read(), timeout(5)) == b""  # closed
+            # An event that announces more than a whole turn's text is refused before it is read.
+            huge, huge_writer = await asyncio.open_connection("127.0.0.1", srv.wyoming.port)
+            huge_writer.write(b'{"type": "synthesize", "data_length": 100000000}\n')
+            assert await asyncio.wait_for(huge.read(), timeout(5)) == b""
+            huge_writer.close()
+            async with asyncio.timeout(timeout(15)):
+                while srv.app.sessions:
+                    await asyncio.sleep(0.02)
+            print(f"both slots free after {time.monotonic() - start:.2f} s")
+        finally:
+            deaf_writer.transport.abort()
+            trickler_writer.close()
+        metric = srv.app.metrics.registry.get_sample_value
+        assert metric("voicews_sessions_lost_total") == 1
+        assert metric("voicews_connections_dropped_total", {"reason": "head_timeout"}) == 1
+        assert metric("voicews_connections_dropped_total", {"reason": "invalid_request"}) == 1
+        assert srv.open_connections() == 0
 
 
 async def test_shutdown_lets_a_streamed_reply_finish() -> None:

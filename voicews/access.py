@@ -10,7 +10,7 @@ import hmac
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from urllib.parse import parse_qs, urlsplit
+from urllib.parse import parse_qs
 
 from .errors import ErrorCode, VoicewsError
 
@@ -23,8 +23,12 @@ class AccessPolicy:
     """Accepted bearer tokens; empty means no authentication."""
     allowed_origins: frozenset[str] = frozenset()
     """Accepted ``Origin`` headers (exact, e.g. ``https://app.example``); empty allows any.
-    The server's own origin (the bundled web page) and requests without an Origin
-    (non-browser clients) are always allowed."""
+    Requests without an Origin (non-browser clients) and the server's own origins are always
+    allowed."""
+    own_origins: frozenset[str] = frozenset()
+    """The bundled web page's origins, from the address the server is bound to (see
+    :func:`own_origins`), never from the request's ``Host``: a page on a rebound name
+    (``http://evil.example:PORT`` resolving to us) is not us."""
 
 
 def load_tokens(token_file: str | None = None) -> frozenset[str]:
@@ -42,7 +46,7 @@ def check(policy: AccessPolicy, headers: dict[str, str], query: bytes) -> Voicew
         policy.allowed_origins
         and origin is not None
         and origin not in policy.allowed_origins
-        and urlsplit(origin).netloc != headers.get("host")
+        and origin not in policy.own_origins
     ):
         return VoicewsError(ErrorCode.ORIGIN_NOT_ALLOWED, "origin not allowed")
     if not policy.tokens:
@@ -50,11 +54,25 @@ def check(policy: AccessPolicy, headers: dict[str, str], query: bytes) -> Voicew
     offered = _bearer(headers.get("authorization", "")) or _query_token(query)
     if offered is None:
         return VoicewsError(
-            ErrorCode.UNAUTHORIZED, "missing bearer token (Authorization header or ?token=)"
+            ErrorCode.UNAUTHORIZED,
+            "missing bearer token (Authorization header or token query parameter)",
         )
     if not any(hmac.compare_digest(offered.encode(), t.encode()) for t in policy.tokens):
         return VoicewsError(ErrorCode.UNAUTHORIZED, "invalid token")
     return None
+
+
+def own_origins(host: str, port: int) -> frozenset[str]:
+    """The origins a page served by a server bound to ``host:port`` has: that address, and the
+    loopback names for a loopback or wildcard bind. Behind a proxy or under a DNS name the
+    page's origin is the public one: list it with ``--allow-origin``."""
+    wildcard = host in ("", "0.0.0.0", "::")
+    loopback = wildcard or host in ("localhost", "::1") or host.startswith("127.")
+    hosts = set() if wildcard else {f"[{host}]" if ":" in host else host}
+    if loopback:
+        hosts |= {"localhost", "127.0.0.1", "[::1]"}
+    suffix = "" if port == 80 else f":{port}"
+    return frozenset(f"http://{name}{suffix}" for name in hosts)
 
 
 def _bearer(value: str) -> str | None:

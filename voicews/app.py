@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import uuid
 from dataclasses import dataclass, replace
+from fnmatch import fnmatchcase
 from pathlib import Path
 from typing import Protocol
 
@@ -19,12 +20,13 @@ from . import access, logs
 from .agent.server import AgentBackend
 from .asgi import Receive, Scope, Send, headers_of, refuse, refuse_websocket, respond
 from .driver import Generate, SessionDriver
+from .encoding import OutputFormat
 from .errors import ErrorCode, VoicewsError
 from .metrics import Metrics
-from .protocol import REALTIME_PATH
-from .realtime import RealtimeConnection
+from .protocol import REALTIME_PATH, parse_audio_query
+from .realtime import Closed, RealtimeConnection
 from .session import Session, SessionConfig
-from .speech import speech
+from .speech import MAX_BODY, read_body, speech
 from .worker import Account, ComputeWorker
 
 SPEECH_PATH = "/v1/audio/speech"
@@ -57,8 +59,10 @@ class AppConfig:
 
     session: SessionConfig
     access: access.AccessPolicy
-    voice_name: str
     max_sessions: int
+    request_timeout: float
+    """Seconds a speech request's body may take to arrive (its head has the same bound, kept
+    by the transport); the body is read before the request counts as a session."""
 
 
 class VoicewsApp:
@@ -126,8 +130,9 @@ class VoicewsApp:
             return VoicewsError(ErrorCode.SERVER_FULL, f"server full: {limit} sessions")
         return None
 
-    def open_session(self, config: SessionConfig) -> Session:
-        session = Session(uuid.uuid4().hex, self.worker.sample_rate, config)
+    def open_session(self, config: SessionConfig, audio: OutputFormat | None = None) -> Session:
+        """A new session; its frames in ``audio`` (default: PCM16 at the voice's rate)."""
+        session = Session(uuid.uuid4().hex, self.worker.sample_rate, config, audio)
         self.sessions[session.id] = session
         self._idle.clear()
         self.metrics.sessions_opened.inc()
@@ -153,11 +158,12 @@ class VoicewsApp:
                     ErrorCode.NOT_FOUND, f"not found; the realtime endpoint is {REALTIME_PATH}"
                 )
             self._admit(scope)
+            audio = self._audio_query(scope["query_string"])
         except VoicewsError as refusal:
             await refuse_websocket(send, refusal)
             return
         await send({"type": "websocket.accept"})
-        session = self.open_session(self.config.session)
+        session = self.open_session(self.config.session, audio)
         connection = RealtimeConnection(
             SessionDriver(session, self.worker, self.metrics.observe, self._generator()),
             receive,
@@ -168,12 +174,19 @@ class VoicewsApp:
         if self.draining:
             connection.drain()
         logs.event("session_open", session=session.id, client=_client(scope))
-        code = None
+        closed = Closed(code=None, lost=False)
         try:
-            code = await connection.run()
+            closed = await connection.run()
         finally:
             self.close_session(session)
-            logs.event("session_close", session=session.id, code=code)
+            if closed.lost:
+                self.metrics.sessions_lost.inc()
+            logs.event("session_close", session=session.id, code=closed.code, lost=closed.lost)
+
+    def _audio_query(self, query: bytes) -> OutputFormat:
+        """The output format asked for in the realtime URL; VoicewsError for a bad one."""
+        update = parse_audio_query(query)
+        return OutputFormat(self.worker.sample_rate).updated(update.sample_rate, update.format)
 
     # --- HTTP -----------------------------------------------------------------------------
 
@@ -215,6 +228,9 @@ class VoicewsApp:
             if method != "POST":
                 raise VoicewsError(ErrorCode.METHOD_NOT_ALLOWED, "use POST")
             self._admit(scope)
+            # Read the body before the request holds a slot: a slow body waits outside.
+            body = await self._read_body(receive)
+            self._admit(scope)
             # One request is one whole turn: its text may all wait in the backlog at once.
             config = self.config.session
             session = self.open_session(
@@ -225,11 +241,26 @@ class VoicewsApp:
                 driver = SessionDriver(
                     session, self.worker, self.metrics.observe, account=self.one_shot
                 )
-                await speech(driver, receive, send, self.config.voice_name, cors)
+                await speech(driver, body, receive, send, cors)
             finally:
                 self.close_session(session)
         except VoicewsError as refusal:
             await refuse(send, refusal, cors)
+
+    async def _read_body(self, receive: Receive) -> bytes:
+        """The speech request's body, within ``request_timeout``. Too slow or too large is
+        refused, and the connection closes: the rest of the body is never read."""
+        seconds = self.config.request_timeout
+        try:
+            async with asyncio.timeout(seconds):
+                body = await read_body(receive, MAX_BODY)
+        except TimeoutError:
+            self.metrics.errors.labels(ErrorCode.REQUEST_TIMEOUT).inc()
+            message = f"request body not received within {seconds:g} s"
+            raise VoicewsError(ErrorCode.REQUEST_TIMEOUT, message) from None
+        if body is None:
+            raise VoicewsError(ErrorCode.REQUEST_TOO_LARGE, f"body over {MAX_BODY} bytes")
+        return body
 
     def _cors(self, origin: str | None) -> list[tuple[bytes, bytes]]:
         """CORS headers for the speech endpoint: any origin, or those on the allow-list."""
@@ -238,16 +269,33 @@ class VoicewsApp:
             return []
         return [
             (b"access-control-allow-origin", origin.encode("latin-1")),
-            (b"access-control-expose-headers", b"x-voicews-streamed, x-voicews-sample-rate"),
+            (
+                b"access-control-expose-headers",
+                b"x-request-id, x-voicews-streamed, x-voicews-sample-rate",
+            ),
             (b"vary", b"origin"),
         ]
 
     def _asset(self, path: str) -> Path | None:
-        parts = [p for p in path.split("/") if p] or ["index.html"]
-        if self._web is None or any(p.startswith(".") or "\\" in p for p in parts):
+        """One of the web client's own files (``WEB_FILES``), nothing else in its folder."""
+        parts = (path.strip("/") or "index.html").split("/")
+        if self._web is None or not any(_matches(parts, pattern) for pattern in WEB_FILES):
             return None
         node = self._web.joinpath(*parts)
         return node if node.is_file() else None
+
+
+WEB_FILES = ("*.html", "*.js", "*.css", "vendor/*.js")
+"""What the web root serves: the page, its scripts and styles; not its README, tests or
+licences. Each ``*`` stands for part of one path segment."""
+
+
+def _matches(parts: list[str], pattern: str) -> bool:
+    wanted = pattern.split("/")
+    return len(parts) == len(wanted) and all(
+        not part.startswith(".") and "\\" not in part and fnmatchcase(part, want)
+        for part, want in zip(parts, wanted, strict=True)
+    )
 
 
 def _web_root() -> Path | None:

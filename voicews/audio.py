@@ -1,4 +1,4 @@
-"""Joining separately synthesized segments into one click-free stream, and PCM framing.
+"""Joining separately synthesized segments into one click-free stream, and PCM16.
 
 Each segment comes from its own synthesis call with the engine's own edge silence. The
 :class:`Stitcher` trims that silence to a natural pause for the kind of boundary the segment
@@ -8,7 +8,6 @@ gap that sounds like a stall nor a step that sounds like a click.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -133,10 +132,3 @@ def to_pcm16(audio: Audio) -> bytes:
 
 def from_pcm16(pcm: bytes) -> Audio:
     return (np.frombuffer(pcm, dtype="<i2").astype(np.float32) / 32767.0).astype(np.float32)
-
-
-def frames(pcm: bytes, frame_samples: int) -> Iterator[bytes]:
-    """Split PCM16 into frames of at most ``frame_samples``, sent as soon as they exist."""
-    step = frame_samples * 2
-    for start in range(0, len(pcm), step):
-        yield pcm[start : start + step]

@@ -15,7 +15,7 @@ from dataclasses import replace
 
 from .access import TOKENS_ENV, AccessPolicy, load_tokens
 from .client import RealtimeClient
-from .engines import BUNDLED_VOICE, ENGINES
+from .engines import BUNDLED_VOICE, ENGINES, engine_voices
 from .protocol import REALTIME_PATH
 from .server import ServerConfig, VoicewsServer
 
@@ -31,7 +31,11 @@ def parser() -> argparse.ArgumentParser:
     serve.add_argument("--host", default=DEFAULTS.host)
     serve.add_argument("--port", type=int, default=DEFAULTS.port)
     serve.add_argument("--engine", choices=sorted(ENGINES), default=DEFAULTS.engine)
-    serve.add_argument("--voice", help=f"Piper voice .onnx (default: bundled {BUNDLED_VOICE})")
+    serve.add_argument(
+        "--voice",
+        help=f"piper engines: a voice .onnx (default: the bundled {BUNDLED_VOICE}); kokoro: a "
+        "shipped voice name (default af_heart), the session may choose another",
+    )
     serve.add_argument(
         "--lanes",
         type=int,
@@ -56,6 +60,20 @@ def parser() -> argparse.ArgumentParser:
         help="seconds live turns may take to finish on SIGTERM",
     )
     serve.add_argument(
+        "--request-timeout",
+        type=float,
+        default=DEFAULTS.request_timeout,
+        help="seconds a request head (a WebSocket handshake too), then a speech request's "
+        "body, may take to arrive; then 408 and the connection is closed",
+    )
+    serve.add_argument(
+        "--max-connections",
+        type=int,
+        default=DEFAULTS.max_connections,
+        help="open connections at once, HTTP and WebSocket together; past it 503 and the "
+        "connection is closed (default: 4 per session slot)",
+    )
+    serve.add_argument(
         "--agent-model",
         metavar="PATH_OR_REPO",
         help="agent mode: an mlx-lm model (dir, repo id or .gguf; 'smollm2' for the bundled "
@@ -66,13 +84,19 @@ def parser() -> argparse.ArgumentParser:
         metavar="tcp://HOST:PORT",
         help="also serve Wyoming text to speech (Home Assistant) there (needs the [wyoming] extra)",
     )
-    serve.add_argument("--log-level", default="INFO")
+    serve.add_argument(
+        "--log-level",
+        type=_log_level,
+        default="INFO",
+        help=f"{', '.join(LOG_LEVELS)} (TRACE adds uvicorn's per-message lines)",
+    )
 
     say = commands.add_parser("say", help="speak text through a running service into a WAV")
     say.add_argument("text", nargs="?", default="-", help="text, or - to stream stdin")
     say.add_argument("-o", "--output", required=True, help="WAV file to write")
     say.add_argument("--url", default=f"ws://{DEFAULTS.host}:{DEFAULTS.port}{REALTIME_PATH}")
-    say.add_argument("--speed", type=float, help="speaking rate, 0.5 to 2.0")
+    say.add_argument("--speed", type=float, help="speaking rate, 0.25 to 4.0")
+    say.add_argument("--voice", help="one of the server's voices (its session_created lists them)")
     say.add_argument("--tokens-per-s", type=float, help="send the text as word pieces at this rate")
 
     convert = commands.add_parser(
@@ -94,6 +118,8 @@ def serve_config(args: argparse.Namespace) -> ServerConfig:
         lanes=DEFAULTS.lanes if args.lanes is None else args.lanes,
         drain_timeout=args.drain_timeout,
         max_sessions=args.max_sessions,
+        request_timeout=args.request_timeout,
+        max_connections=args.max_connections,
         agent_model=_agent_model(args.agent_model),
         wyoming_uri=args.wyoming_uri,
         session=replace(DEFAULTS.session, idle_flush_ms=args.idle_flush_ms),
@@ -104,7 +130,8 @@ def serve_config(args: argparse.Namespace) -> ServerConfig:
 
 
 def main(argv: list[str] | None = None) -> None:
-    args = parser().parse_args(argv)
+    cli = parser()
+    args = cli.parse_args(argv)
     if args.command == "convert-gguf":
         from .llm.convert import convert_command
 
@@ -114,12 +141,31 @@ def main(argv: list[str] | None = None) -> None:
             args.usage_error(str(exc))
         return
     if args.command == "serve":
+        try:
+            engine_voices(args.engine, args.voice)
+        except ValueError as exc:
+            cli.error(f"serve: {exc}")
         logging.basicConfig(
             level=args.log_level, format="%(asctime)s level=%(levelname)s %(message)s"
         )
         asyncio.run(_serve(serve_config(args)))
     else:
         sys.exit(asyncio.run(_say(args)))
+
+
+LOG_LEVELS = {"TRACE": 5, "DEBUG": 10, "INFO": 20, "WARNING": 30, "ERROR": 40}
+"""TRACE is uvicorn's level below DEBUG."""
+
+
+def _log_level(name: str) -> str:
+    try:
+        level = LOG_LEVELS[name.upper()]
+    except KeyError:
+        raise argparse.ArgumentTypeError(
+            f"unknown log level {name!r}; choose from {', '.join(LOG_LEVELS)}"
+        ) from None
+    logging.addLevelName(level, name.upper())
+    return name.upper()
 
 
 def _agent_model(name: str | None) -> str | None:
@@ -147,8 +193,8 @@ async def _serve(config: ServerConfig) -> None:
 
 async def _say(args: argparse.Namespace) -> int:
     async with await RealtimeClient.connect(args.url) as client:
-        if args.speed is not None:
-            await client.session_update(speed=args.speed)
+        if args.speed is not None or args.voice is not None:
+            await client.session_update(speed=args.speed, voice=args.voice)
         text = _stdin_deltas() if args.text == "-" else args.text
         turn = await client.speak(text, tokens_per_s=args.tokens_per_s, timeout=3600)
     turn.write_wav(args.output)

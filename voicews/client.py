@@ -18,12 +18,18 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+import numpy as np
 from websockets.asyncio.client import ClientConnection, connect
 
+from .audio import Audio, to_pcm16
+from .encoding import OpusDecoder, decode_pcm
 from .listener import ListenerClock
 from .protocol import (
+    AudioFormat,
     AudioFrame,
+    AudioUpdate,
     Cancel,
+    Encoding,
     EndText,
     Error,
     Playback,
@@ -31,6 +37,7 @@ from .protocol import (
     ServerEvent,
     SessionCreated,
     SessionUpdate,
+    SessionUpdated,
     TextDelta,
     TurnDone,
     TurnReset,
@@ -59,10 +66,12 @@ def word_pieces(text: str, max_len: int = 6) -> list[str]:
 
 @dataclass
 class SpokenTurn:
-    """Everything the server sent for one turn, with client-side timings."""
+    """Everything the server sent for one turn, with client-side timings; ``pcm`` holds the
+    frames' bytes in the turn's ``format``."""
 
     turn_id: str
     sample_rate: int
+    format: Encoding = "pcm_s16le"
     pcm: bytearray = field(default_factory=bytearray)
     frames: list[AudioFrame] = field(default_factory=list)
     frame_times: list[float] = field(default_factory=list)
@@ -76,7 +85,7 @@ class SpokenTurn:
 
     @property
     def samples(self) -> int:
-        return len(self.pcm) // 2
+        return sum(frame.samples for frame in self.frames)
 
     @property
     def duration(self) -> float:
@@ -97,18 +106,29 @@ class SpokenTurn:
             for at, frame in zip(self.frame_times, self.frames, strict=True)
         )
 
+    def audio(self) -> Audio:
+        """The turn's audio decoded to float32 at ``sample_rate``."""
+        if self.format != "opus":
+            return decode_pcm(bytes(self.pcm), self.format)
+        decoder = OpusDecoder()
+        decoded = [decoder.decode(frame.pcm) for frame in self.frames]
+        return np.concatenate(decoded) if decoded else np.zeros(0, np.float32)
+
     def write_wav(self, path: str | Path) -> None:
+        pcm = bytes(self.pcm) if self.format == "pcm_s16le" else to_pcm16(self.audio())
         with wave.open(str(path), "wb") as out:
             out.setnchannels(1)
             out.setsampwidth(2)
             out.setframerate(self.sample_rate)
-            out.writeframes(bytes(self.pcm))
+            out.writeframes(pcm)
 
 
 class RealtimeClient:
     def __init__(self, ws: ClientConnection, created: SessionCreated) -> None:
         self.ws = ws
         self.created = created
+        self.audio: AudioFormat = created.audio
+        """The format of turns started from now on (``session_updated`` changes it)."""
 
     @classmethod
     async def connect(cls, url: str, **kwargs: Any) -> RealtimeClient:
@@ -133,7 +153,7 @@ class RealtimeClient:
 
     @property
     def sample_rate(self) -> int:
-        return self.created.audio.sample_rate
+        return self.audio.sample_rate
 
     async def turn_reset(self, turn_id: str) -> None:
         await self.ws.send(encode_event(TurnReset(turn_id=turn_id)))
@@ -148,8 +168,15 @@ class RealtimeClient:
         """Stop the live turn now; its turn_done (cancelled) says what was heard."""
         await self.ws.send(encode_event(Cancel()))
 
-    async def session_update(self, speed: float | None = None) -> None:
-        await self.ws.send(encode_event(SessionUpdate(speed=speed)))
+    async def session_update(
+        self,
+        speed: float | None = None,
+        audio: AudioUpdate | None = None,
+        voice: str | None = None,
+    ) -> None:
+        """Voice options from the next segment, the audio format from the next turn;
+        ``voice``: one of ``created.voices``."""
+        await self.ws.send(encode_event(SessionUpdate(speed=speed, voice=voice, audio=audio)))
 
     async def playback(self, turn_id: str, samples_played: int) -> None:
         """Tell the server how far the player got, so a cut turn reports what was heard."""
@@ -162,6 +189,8 @@ class RealtimeClient:
             if isinstance(data, bytes):
                 return decode_frame(data)
             event = parse_server_event(data)
+            if isinstance(event, SessionUpdated):
+                self.audio = event.audio
             if event is not None:
                 return event
 
@@ -176,7 +205,7 @@ class RealtimeClient:
 
         A plain string is sent as one delta, or as word pieces at ``tokens_per_s``.
         """
-        turn = SpokenTurn(turn_id or uuid.uuid4().hex[:12], self.sample_rate)
+        turn = self.new_turn(turn_id or uuid.uuid4().hex[:12])
         if isinstance(text, str):
             text = word_pieces(text) if tokens_per_s else [text]
         await self.turn_reset(turn.turn_id)
@@ -188,6 +217,10 @@ class RealtimeClient:
                 sender.cancel()
         await sender
         return turn
+
+    def new_turn(self, turn_id: str) -> SpokenTurn:
+        """A record for a turn started now, in the format in force."""
+        return SpokenTurn(turn_id, self.audio.sample_rate, self.audio.format)
 
     async def collect(self, turn: SpokenTurn) -> SpokenTurn:
         """Receive until ``turn_done`` for ``turn``; audio of other turns is dropped."""

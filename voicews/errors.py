@@ -73,9 +73,14 @@ class ErrorCode(StrEnum):
     METHOD_NOT_ALLOWED = "method_not_allowed"
     """The speech endpoint takes ``POST`` only."""
     REQUEST_TOO_LARGE = "request_too_large"
-    """A speech request body over 1 MiB."""
+    """A speech request body over 1 MiB; the server closes the connection."""
+    REQUEST_TIMEOUT = "request_timeout"
+    """A speech request body that did not arrive within the server's ``request_timeout``
+    (a request head that does not is answered 408 by the transport, without a body); the
+    server closes the connection."""
     INVALID_REQUEST = "invalid_request"
-    """A speech request body that is not JSON, or has a missing or invalid field."""
+    """A speech request body that is not JSON, or has a missing or invalid field; or a realtime
+    URL whose ``sample_rate`` or ``format`` is not one of the allowed values."""
     INPUT_TOO_LONG = "input_too_long"
     """A speech ``input`` over ``max_turn_text_chars``."""
 
@@ -101,6 +106,10 @@ class Answer:
     """Headers an HTTP error response carries besides the body's."""
 
 
+_CLOSE = (b"connection", b"close")
+"""The rest of the request body is never read: the connection cannot carry another."""
+
+
 def _http(status: HTTPStatus, *headers: tuple[bytes, bytes]) -> Answer:
     return Answer(event=False, status=status, headers=headers)
 
@@ -112,7 +121,8 @@ ANSWERS: dict[ErrorCode, Answer] = {code: Answer() for code in ErrorCode} | {
     ErrorCode.ORIGIN_NOT_ALLOWED: _http(HTTPStatus.FORBIDDEN),
     ErrorCode.SERVER_FULL: _http(HTTPStatus.SERVICE_UNAVAILABLE),
     ErrorCode.METHOD_NOT_ALLOWED: _http(HTTPStatus.METHOD_NOT_ALLOWED, (b"allow", b"POST")),
-    ErrorCode.REQUEST_TOO_LARGE: _http(HTTPStatus.REQUEST_ENTITY_TOO_LARGE),
+    ErrorCode.REQUEST_TOO_LARGE: _http(HTTPStatus.REQUEST_ENTITY_TOO_LARGE, _CLOSE),
+    ErrorCode.REQUEST_TIMEOUT: _http(HTTPStatus.REQUEST_TIMEOUT, _CLOSE),
     ErrorCode.INVALID_REQUEST: _http(HTTPStatus.BAD_REQUEST),
     ErrorCode.INPUT_TOO_LONG: _http(HTTPStatus.REQUEST_ENTITY_TOO_LARGE),
 }

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from prometheus_client import (
     CollectorRegistry,
     Counter,
@@ -21,6 +23,19 @@ class Metrics:
         self.sessions_opened = Counter("voicews_sessions_opened", "Sessions accepted", registry=r)
         self.sessions_refused = Counter(
             "voicews_sessions_refused", "Connections refused, by reason", ["reason"], registry=r
+        )
+        self.sessions_lost = Counter(
+            "voicews_sessions_lost",
+            "Sessions whose peer went away without a closing handshake (reset, keepalive "
+            "timeout, a write that failed); each freed its slot",
+            registry=r,
+        )
+        self.connections_dropped = Counter(
+            "voicews_connections_dropped",
+            "Connections closed for breaking a bound: over the cap, a head (or Wyoming event) "
+            "too slow, invalid framing",
+            ["reason"],
+            registry=r,
         )
         self.turns = Counter("voicews_turns", "Turns ended, by outcome", ["outcome"], registry=r)
         self.errors = Counter("voicews_errors", "Error events sent, by code", ["code"], registry=r)
@@ -42,9 +57,12 @@ class Metrics:
         Gauge("voicews_sessions_active", "Open sessions", registry=r).set_function(
             lambda: len(sessions)
         )
+        self._connections = Gauge(
+            "voicews_connections_open", "Open connections, HTTP, WebSocket and Wyoming", registry=r
+        )
         Gauge(
             "voicews_pending_audio_seconds", "Audio queued for sockets, all sessions", registry=r
-        ).set_function(lambda: sum(s.outbox.samples / s.sample_rate for s in sessions.values()))
+        ).set_function(lambda: sum(s.pending_audio_s for s in sessions.values()))
         Gauge("voicews_worker_queue_depth", "Jobs waiting for the worker", registry=r).set_function(
             lambda: worker.queued
         )
@@ -64,6 +82,10 @@ class Metrics:
             "1 while the compute worker is past what it can keep smooth (also /readyz 503)",
             registry=r,
         ).set_function(lambda: float(worker.overloaded))
+
+    def track_connections(self, count: Callable[[], int]) -> None:
+        """The transport knows its open connections; the app does not."""
+        self._connections.set_function(count)
 
     def observe(self, session: Session) -> None:
         """Move what a session recorded since the last call into the metrics."""

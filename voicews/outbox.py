@@ -17,6 +17,7 @@ from .protocol import (
     ReplyDelta,
     SegmentStarted,
     SessionCreated,
+    SessionUpdated,
     TurnDone,
     TurnStarted,
     Words,
@@ -24,6 +25,7 @@ from .protocol import (
 
 Outgoing = (
     SessionCreated
+    | SessionUpdated
     | TurnStarted
     | ReplyDelta
     | SegmentStarted

@@ -7,13 +7,24 @@ as already validated values. ``python -m voicews.protocol DIR`` writes the JSON 
 from __future__ import annotations
 
 import json
+import re
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_args
+from urllib.parse import parse_qs
 
 import msgpack
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    TypeAdapter,
+    ValidationError,
+    model_validator,
+)
 
 from .errors import SESSION_CODES, ErrorCode, VoicewsError
 
@@ -21,6 +32,24 @@ PROTOCOL_VERSION = 1
 REALTIME_PATH = "/v1/realtime"
 
 TurnId = Annotated[str, Field(min_length=1, max_length=128)]
+Encoding = Literal["pcm_s16le", "pcm_f32le", "pcm_mulaw", "pcm_alaw", "opus"]
+"""How audio frames encode samples: PCM16 (the default), float32, G.711 mu-law or A-law (one
+byte per sample), or Opus (one 20 ms packet per frame, 48 kHz)."""
+ENCODINGS: tuple[str, ...] = get_args(Encoding)
+_Rates = Literal[8000, 16000, 22050, 24000, 44100, 48000]
+SAMPLE_RATES: tuple[int, ...] = get_args(_Rates)
+OPUS_RATE = 48_000
+
+
+def _integer(value: object) -> object:
+    """Literal matching compares by equality, so 8000.0 would pass: only integers do."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        allowed = ", ".join(map(str, SAMPLE_RATES[:-1])) + f" or {SAMPLE_RATES[-1]}"
+        raise ValueError(f"Input should be an integer: {allowed}")
+    return value
+
+
+SampleRate = Annotated[_Rates, BeforeValidator(_integer)]
 
 
 def _require_type(schema: dict[str, Any]) -> None:
@@ -76,15 +105,33 @@ class EndText(_Message):
     type: Literal["end_text"] = "end_text"
 
 
+class AudioUpdate(BaseModel):
+    """The output format of turns started from now on; a field left out keeps its value."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+    sample_rate: SampleRate | None = None
+    format: Encoding | None = None
+
+    @model_validator(mode="after")
+    def _opus_is_48k(self) -> AudioUpdate:
+        if self.format == "opus" and self.sample_rate not in (None, OPUS_RATE):
+            raise ValueError(f"format opus is sample_rate {OPUS_RATE} only")
+        return self
+
+
 class SessionUpdate(_Message):
-    """Change voice options; they apply from the next segment synthesized."""
+    """Change voice options, from the next segment synthesized, and the audio format, from
+    the next turn; acknowledged with ``session_updated``."""
 
     type: Literal["session_update"] = "session_update"
-    speed: float | None = Field(default=None, ge=0.5, le=2.0)
+    speed: float | None = Field(default=None, ge=0.25, le=4.0)
+    voice: str | None = Field(default=None, min_length=1, max_length=128)
+    """One of the voices ``session_created`` lists."""
     chunk_frames: int | None = Field(default=None, ge=4, le=2000)
     """Engines that decode in windows (mlx-piper): latent frames per window."""
     overlap_frames: int | None = Field(default=None, ge=0, le=64)
     """Engines that decode in windows: frames of context shared by adjacent windows."""
+    audio: AudioUpdate | None = None
 
 
 class Cancel(_Message):
@@ -132,9 +179,11 @@ _client_adapter: TypeAdapter[ClientMessage] = TypeAdapter(ClientMessage)
 
 
 class AudioFormat(_Event):
+    """What the binary frames of a turn carry; positions count samples at this rate."""
+
     sample_rate: int
     channels: Literal[1] = 1
-    format: Literal["pcm_s16le"] = "pcm_s16le"
+    format: Encoding = "pcm_s16le"
 
 
 class Limits(_Event):
@@ -156,6 +205,22 @@ class SessionCreated(_Event):
     protocol: int = PROTOCOL_VERSION
     audio: AudioFormat
     limits: Limits
+    voices: list[str] | None = None
+    """The voices ``session_update`` may choose, the server's default first."""
+
+
+class SessionUpdated(_Event):
+    """Acknowledges a ``session_update`` with the settings now in force."""
+
+    type: Literal["session_updated"] = "session_updated"
+    audio: AudioFormat
+    """The format of every turn started after this event."""
+    speed: float
+    """The speaking rate of every segment synthesized after this event."""
+    voice: str | None = None
+    """The voice of every segment synthesized after this event (one of ``voices``)."""
+    live_turn_id: str | None = None
+    """The turn live when the update came, if any: it keeps the format it started with."""
 
 
 class TurnStarted(_Event):
@@ -229,31 +294,65 @@ class Error(_Event):
 
 
 ServerEvent = Annotated[
-    SessionCreated | TurnStarted | ReplyDelta | SegmentStarted | Words | TurnDone | Error | Pong,
+    SessionCreated
+    | SessionUpdated
+    | TurnStarted
+    | ReplyDelta
+    | SegmentStarted
+    | Words
+    | TurnDone
+    | Error
+    | Pong,
     Field(discriminator="type"),
 ]
 SERVER_TYPES = (
-    "session_created", "turn_started", "reply_delta", "segment", "words", "turn_done", "error",
-    "pong",
+    "session_created", "session_updated", "turn_started", "reply_delta", "segment", "words",
+    "turn_done", "error", "pong",
 )  # fmt: skip
 _server_adapter: TypeAdapter[ServerEvent] = TypeAdapter(ServerEvent)
 
 
 @dataclass(frozen=True, slots=True)
 class AudioFrame:
-    """One binary frame: PCM16 little-endian mono, ``start_sample`` counted from turn start."""
+    """One binary frame: ``pcm`` in the turn's format, ``samples`` what it decodes to, and
+    ``start_sample`` where it starts in the turn, both at the turn's output rate."""
 
     turn_id: str
     seq: int
     start_sample: int
     pcm: bytes
-
-    @property
-    def samples(self) -> int:
-        return len(self.pcm) // 2
+    samples: int
 
 
 # --- codecs -----------------------------------------------------------------------------
+
+
+MAX_JSON_DEPTH = 8
+"""Deepest nesting of arrays and objects a client message may have; every message is a flat
+object, and a deep document would exhaust the parser's recursion before it could be refused."""
+_STRING = re.compile(r'"[^"]*"')  # once escapes are gone: linear, no backtracking
+_NOT_BRACKET = re.compile(r"[^\[\]{}]+")
+_INNERMOST = re.compile(r"\[\]|\{\}")
+
+
+def too_deep(text: str, limit: int = MAX_JSON_DEPTH) -> bool:
+    """Whether JSON ``text`` nests arrays and objects deeper than ``limit``, decided without
+    parsing it, in a few passes of C-speed string operations.
+
+    Escapes are dropped, then strings, then everything but brackets; each pass then removes
+    the innermost pairs, one level of the deepest chain. Unbalanced text is left to the
+    parser to describe.
+    """
+    if text.count("[") + text.count("{") <= limit:
+        return False
+    plain = text.replace("\\\\", "").replace('\\"', "")
+    skeleton = _NOT_BRACKET.sub("", _STRING.sub("", plain))
+    for _ in range(limit):
+        inner = _INNERMOST.sub("", skeleton)
+        if inner == skeleton:
+            return False  # unbalanced: not JSON at all
+        skeleton = inner
+    return bool(skeleton) and _INNERMOST.search(skeleton) is not None
 
 
 def parse_client_message(data: str | bytes) -> ClientMessage:
@@ -262,8 +361,19 @@ def parse_client_message(data: str | bytes) -> ClientMessage:
         raise VoicewsError(
             ErrorCode.BINARY_NOT_SUPPORTED, "binary frames are not accepted; send JSON text"
         )
+    if too_deep(data):
+        raise VoicewsError(
+            ErrorCode.INVALID_MESSAGE,
+            f"JSON nested deeper than {MAX_JSON_DEPTH} levels; a message is a flat object",
+        )
     try:
         obj = json.loads(data)
+        if "\\u" in data:  # an escaped unpaired surrogate is JSON, but no text: refuse it here
+            json.dumps(obj, ensure_ascii=False).encode()
+    except UnicodeEncodeError:
+        raise VoicewsError(
+            ErrorCode.INVALID_MESSAGE, "an unpaired UTF-16 surrogate (\\uD800-\\uDFFF) is not text"
+        ) from None
     except ValueError as exc:
         raise VoicewsError(ErrorCode.INVALID_JSON, f"not valid JSON: {exc}") from None
     if not isinstance(obj, dict):
@@ -280,12 +390,36 @@ def parse_client_message(data: str | bytes) -> ClientMessage:
         raise VoicewsError(ErrorCode.INVALID_MESSAGE, _describe(exc)) from None
 
 
-def _describe(exc: ValidationError) -> str:
+def unknown_voice(
+    voice: str, voices: Sequence[str], code: ErrorCode = ErrorCode.INVALID_MESSAGE
+) -> VoicewsError:
+    """The refusal of a voice the server does not have, naming those it has."""
+    choices = ", ".join(voices)
+    return VoicewsError(code, f"voice: unknown voice {voice!r}; choose from {choices}")
+
+
+def _describe(exc: ValidationError, skip: int = 1, whole: str = "message") -> str:
     parts = []
     for err in exc.errors(include_url=False):
-        where = ".".join(str(p) for p in err["loc"][1:]) or "message"
+        where = ".".join(str(p) for p in err["loc"][skip:]) or whole
         parts.append(f"{where}: {err['msg']}")
     return "; ".join(parts)
+
+
+def parse_audio_query(query: bytes) -> AudioUpdate:
+    """``?sample_rate=N&format=F`` of the realtime URL (other parameters are not ours); a bad
+    value refuses the handshake with ``invalid_request`` (HTTP 400)."""
+    fields: dict[str, Any] = {}
+    for name, values in parse_qs(query.decode("latin-1")).items():
+        if name in AudioUpdate.model_fields:
+            fields[name] = values[-1]
+    rate = fields.get("sample_rate", "")
+    if rate.isdigit():  # otherwise left a string, and the model names the allowed values
+        fields["sample_rate"] = int(rate)
+    try:
+        return AudioUpdate.model_validate(fields)
+    except ValidationError as exc:
+        raise VoicewsError(ErrorCode.INVALID_REQUEST, _describe(exc, 0, "query")) from None
 
 
 def encode_event(event: BaseModel) -> str:
@@ -306,6 +440,7 @@ def encode_frame(frame: AudioFrame) -> bytes:
             "turn_id": frame.turn_id,
             "seq": frame.seq,
             "start_sample": frame.start_sample,
+            "samples": frame.samples,
             "pcm": frame.pcm,
         },
         use_bin_type=True,
@@ -315,9 +450,10 @@ def encode_frame(frame: AudioFrame) -> bytes:
 
 def decode_frame(data: bytes) -> AudioFrame:
     obj: Any = msgpack.unpackb(data, raw=False)
-    return AudioFrame(
-        turn_id=obj["turn_id"], seq=obj["seq"], start_sample=obj["start_sample"], pcm=obj["pcm"]
-    )
+    pcm = obj["pcm"]
+    # Frames from servers before output formats carry no "samples": they are always PCM16.
+    samples = obj["samples"] if "samples" in obj else len(pcm) // 2
+    return AudioFrame(obj["turn_id"], obj["seq"], obj["start_sample"], pcm, samples)
 
 
 def json_schemas() -> dict[str, dict[str, Any]]:

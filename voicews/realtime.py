@@ -2,13 +2,15 @@
 
 A receive loop feeds client frames to the session; a send loop drains its outbox. ``send``
 waits while the socket is not writable, which is what makes a slow reader pause its own
-synthesis (the session stops asking for more once its outbox is full).
+synthesis (the session stops asking for more once its outbox is full). A peer that vanishes
+while we wait for it to read ends the session as soon as the send loop finds out.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+from dataclasses import dataclass
 
 from . import logs
 from .asgi import Receive, Send
@@ -16,6 +18,16 @@ from .driver import SessionDriver
 from .errors import ErrorCode, VoicewsError
 from .protocol import AudioFrame, Error, TurnDone, encode_event, encode_frame, parse_client_message
 from .session import Session
+
+
+@dataclass(frozen=True, slots=True)
+class Closed:
+    """How a session's connection ended: ``code`` is the close code the server sent, if it
+    closed; ``lost`` is a peer that went away without a closing handshake (a reset, a
+    keepalive timeout, a socket that failed while we wrote to it)."""
+
+    code: int | None
+    lost: bool
 
 
 class RealtimeConnection:
@@ -28,8 +40,13 @@ class RealtimeConnection:
         self._receive = receive
         self._send = send
 
-    async def run(self) -> int | None:
-        """Serve until either side closes; returns the close code the server sent, if any."""
+    async def run(self) -> Closed:
+        """Serve until either side closes or the peer is gone.
+
+        The receive and send loops run as two tasks and the first to end ends the session:
+        the receive loop may be waiting for the client to read (backpressure) when the peer
+        vanishes, and only the send loop, failing to write, then knows it.
+        """
         session = self.session
         await self._send(
             {"type": "websocket.send", "text": encode_event(session.created(self._max_sessions))}
@@ -37,22 +54,34 @@ class RealtimeConnection:
         session.start(self.driver.now())
         self.driver.sync()
         sender = asyncio.create_task(self._send_loop())
+        receiver = asyncio.create_task(self._receive_loop())
         try:
-            while True:
-                await self.driver.room_for_input()
-                message = await self._receive()
-                if message["type"] == "websocket.disconnect":
-                    break
-                if message["type"] == "websocket.receive":
-                    text = message.get("text")
-                    self._on_frame(text if text is not None else message.get("bytes") or b"")
+            await asyncio.wait({sender, receiver}, return_when=asyncio.FIRST_COMPLETED)
         finally:
             self.driver.close()
-            if not sender.done():
-                sender.cancel()
-            with contextlib.suppress(asyncio.CancelledError, OSError):
-                await sender
-        return sender.result() if sender.done() and not sender.cancelled() else None
+            for task in (receiver, sender):
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError, OSError):
+                    await task
+        code = None
+        if sender.done() and not sender.cancelled() and sender.exception() is None:
+            code = sender.result()
+        lost = code is None and (
+            receiver.cancelled() or receiver.exception() is not None or receiver.result() == 1006
+        )
+        return Closed(code, lost)
+
+    async def _receive_loop(self) -> int:
+        """Feed client frames to the session; returns the disconnect code."""
+        while True:
+            await self.driver.room_for_input()
+            message = await self._receive()
+            if message["type"] == "websocket.disconnect":
+                code: int = message.get("code", 1005)
+                return code
+            if message["type"] == "websocket.receive":
+                text = message.get("text")
+                self._on_frame(text if text is not None else message.get("bytes") or b"")
 
     def drain(self) -> None:
         """Server shutdown: let the current turn finish, then close (going away)."""
@@ -80,7 +109,7 @@ class RealtimeConnection:
                 session.report(VoicewsError(ErrorCode.INTERNAL_ERROR, "internal error"))
         self.driver.sync()
 
-    async def _send_loop(self) -> int | None:
+    async def _send_loop(self) -> int:
         session = self.session
         while (item := await self.driver.next_item()) is not None:
             if isinstance(item, AudioFrame):

@@ -27,6 +27,11 @@ _ABBREVIATIONS = frozenset(
     mon tue tues wed thu thur thurs fri sat sun ph.d""".split()
 )
 _DOTTED = re.compile(r"(?:[a-z]\.)+[a-z]")  # e.g, i.e, u.s.a, a.m
+_URL = re.compile(r"(?i)(?<![\w@.+-])(?:[a-z][a-z0-9+.-]*://|www\.)\S*")
+_URL_START = re.compile(r"(?i)[^\w\s]*(?:[a-z][a-z0-9+.-]*://|www\.)")  # a token that is one
+_URL_PREFIX = re.compile(r"(?i)^(?:[a-z][a-z0-9+.-]*://)?(?:[^/@?#]*@)?(?:www\.)?")
+URL_CHARS = 40
+"""Longest reading of a URL; see :func:`speakable`."""
 _URL_LIKE = re.compile(r"://|@|/|www\.|\w\.\w")
 _TOKEN = re.compile(r"\S+")
 _NUMBER = re.compile(r"[$\u20ac\u00a3#]?\d[\d,.:]*%?")  # 3, $1,249.99, 10:30, 60%
@@ -61,12 +66,32 @@ class Segment:
     boundary: Boundary
 
 
+def speakable(text: str) -> str:
+    """``text`` as it is read aloud: each URL (``scheme://...`` or ``www....``) as its host
+    and path, without scheme, credentials, query or fragment, cut at a ``/`` or ``.`` to at
+    most ``URL_CHARS`` characters. Three thousand characters of URL read out is not what a
+    listener wants, and each is one word still, so word timings keep their places."""
+    return _URL.sub(_read_url, text)
+
+
+def _read_url(match: re.Match[str]) -> str:
+    url = match.group()
+    core = url.rstrip(_CLOSERS + _SENTENCE_END + _CLAUSE_END)
+    path = re.split(r"[?#]", _URL_PREFIX.sub("", core), maxsplit=1)[0].rstrip("/")
+    if len(path) > URL_CHARS:
+        cut = max(path.rfind("/", 0, URL_CHARS + 1), path.rfind(".", 0, URL_CHARS + 1))
+        path = path[: cut if cut > 0 else URL_CHARS]
+    return (path or core[:URL_CHARS]) + url[len(core) :]
+
+
 @dataclass(frozen=True, slots=True)
 class SegmenterConfig:
     first_words: int = 2
     """Words in the first segment when no clause boundary comes sooner."""
     max_chars: int = 250
-    """Longest segment, so one job never holds the compute worker for long."""
+    """Longest segment, so one job never holds the compute worker for long: a longer token
+    (a 4,000-character word, base64) is cut into pieces of this size. A URL is the one token
+    kept whole, however long: it is read shortened (:func:`speakable`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,7 +151,7 @@ class Segmenter:
         if urgency is Urgency.FLUSH:
             if not over_cap:
                 return self._take_all()
-            return self._oversize(cuts)
+            return self._oversize(cuts, flush=True)
         if urgency is Urgency.URGENT:
             clauses = [c for c in fitting if c.boundary >= Boundary.CLAUSE]
             if clauses:
@@ -147,17 +172,27 @@ class Segmenter:
             return clauses[-1]
         return cuts[-1] if cuts else None
 
-    def _oversize(self, cuts: list[_Cut]) -> Segment:
-        """Over the cap with no cut inside it: the first cut, else a hard cut at the cap."""
+    def _oversize(self, cuts: list[_Cut], flush: bool = False) -> Segment | None:
+        """Over the cap with no cut inside it: a URL through its end (None while it grows,
+        unless flushing), any other token cut at the cap."""
         best = self._best([c for c in cuts if c.chars <= self.config.max_chars])
         if best is not None:
             return self._take(best)
-        if cuts:
-            return self._take(cuts[0])
+        if _URL_START.match(self._buf.lstrip()):
+            if cuts:
+                return self._take(cuts[0])
+            return self._take_all() if flush else None
         text = self._buf.lstrip()
+        cut = self._hard_cut(text)
+        self._buf = text[cut:]
+        return Segment(text[:cut], Boundary.WORD)
+
+    def _hard_cut(self, text: str) -> int:
+        """Where to cut a token longer than the cap: after the last punctuation mark in the
+        cap's second half, else at the cap."""
         cap = self.config.max_chars
-        self._buf = text[cap:]
-        return Segment(text[:cap], Boundary.WORD)
+        marks = [text.rfind(mark, cap // 2, cap) for mark in "-/_.,;:"]
+        return max(marks) + 1 if max(marks) > 0 else cap
 
     def _take(self, cut: _Cut) -> Segment:
         text = self._buf[: cut.end].strip()

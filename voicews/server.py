@@ -1,8 +1,9 @@
 """Runs the app: the compute worker plus uvicorn in this process, and graceful shutdown.
 
 uvicorn moves the bytes (HTTP/1.1 through h11, WebSocket through the sans-I/O protocol of
-``websockets``); the app decides. Shutdown drains first: new sessions are refused, live turns
-finish up to ``drain_timeout``, sessions close (going away), then uvicorn stops.
+``websockets``, both with the bounds of :mod:`voicews.transport`); the app decides. Shutdown
+drains first: new sessions are refused, live turns finish up to ``drain_timeout``, sessions
+close (going away), then uvicorn stops.
 """
 
 from __future__ import annotations
@@ -13,18 +14,19 @@ import os
 import socket
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import uvicorn
 
 from . import logs
-from .access import AccessPolicy
+from .access import AccessPolicy, own_origins
 from .agent.conversation import AgentConfig
 from .agent.server import AgentBackend
 from .app import AppConfig, VoicewsApp
-from .engines import BUNDLED_VOICE, engine_factory
+from .engines import engine_factory, engine_voices
 from .protocol import REALTIME_PATH
 from .session import SessionConfig
+from .transport import BoundedWebSocketProtocol, TransportLimits, TransportPolicy, http_protocol
 from .worker import ComputeWorker
 
 if TYPE_CHECKING:
@@ -54,6 +56,12 @@ class ServerConfig:
     max_sessions: int = 64
     """Concurrent sessions, speech requests included; more are refused (HTTP 503). Each
     session is told it in ``session_created.limits``."""
+    request_timeout: float = 10.0
+    """Seconds a request head (a WebSocket handshake too) may take to arrive, and then a
+    speech request's body: silent and trickling connections are closed (408)."""
+    max_connections: int | None = None
+    """Open connections at once, HTTP and WebSocket together; None: four per session slot.
+    Past it a new connection gets 503 and is closed."""
     session: SessionConfig = field(default_factory=SessionConfig)
     access: AccessPolicy = field(default_factory=AccessPolicy)
     agent_model: str | None = None
@@ -78,43 +86,60 @@ class VoicewsServer:
         lanes = 1 if config.agent_model is not None else config.lanes
         self.worker = worker or ComputeWorker(engine_factory(config.engine, config.voice), lanes)
         self.app: VoicewsApp | None = None
+        self.policy: TransportPolicy | None = None
         self.wyoming: WyomingServer | None = None
         self._uvicorn: _Embedded | None = None
         self._task: asyncio.Task[None] | None = None
         self._socket: socket.socket | None = None
 
     async def start(self) -> None:
-        logs.redact_server_logs()
+        logs.redact_secrets()
         await asyncio.to_thread(self.worker.start)
-        voice = self.config.voice or BUNDLED_VOICE
-        session = self.config.session
+        voices = engine_voices(self.config.engine, self.config.voice)
+        session = replace(self.config.session, voices=voices)
         agent = None
         if self.config.agent_model is not None:
             agent = AgentBackend(self.config.agent_model)
             await asyncio.to_thread(agent.preload, self.worker)
             session = replace(session, agent=session.agent or AgentConfig())
-        self.app = VoicewsApp(
+        self._socket = self._listen()
+        access = replace(self.config.access, own_origins=own_origins(self.config.host, self.port))
+        app = self.app = VoicewsApp(
             AppConfig(
                 session=session,
-                access=self.config.access,
-                voice_name=voice.rpartition("/")[2].removesuffix(".onnx"),
+                access=access,
                 max_sessions=self.config.max_sessions,
+                request_timeout=self.config.request_timeout,
             ),
             self.worker,
             agent,
         )
+        connections = self.config.max_connections
+        limits = TransportLimits(
+            head_timeout=self.config.request_timeout,
+            max_connections=4 * self.config.max_sessions if connections is None else connections,
+            write_timeout=self.config.ping_interval + self.config.ping_timeout,
+        )
+
+        def dropped(reason: str) -> None:
+            app.metrics.connections_dropped.labels(reason).inc()
+
+        policy = self.policy = TransportPolicy(limits, dropped, self.open_connections)
         if self.config.wyoming_uri is not None:
             from .wyoming import WyomingServer
 
             self.wyoming = WyomingServer(
-                self.app, self.config.wyoming_uri, self.config.voice, self.config.socket_send_buffer
+                self.app,
+                self.config.wyoming_uri,
+                policy,
+                self.config.voice,
+                self.config.socket_send_buffer,
             )
             await self.wyoming.start()
-        self._socket = self._listen()
         config = uvicorn.Config(
-            self.app,
-            http="h11",
-            ws="websockets-sansio",
+            app,
+            http=http_protocol(policy),
+            ws=BoundedWebSocketProtocol,
             lifespan="off",
             # Frames past our own limit get a typed error; only absurd ones close the socket.
             ws_max_size=max(4 * self.config.session.max_message_bytes, 1 << 20),
@@ -122,10 +147,11 @@ class VoicewsServer:
             ws_ping_timeout=self.config.ping_timeout,
             ws_per_message_deflate=False,  # PCM does not compress; deflate only adds latency
             log_config=None,
-            access_log=False,  # our own structured log lines, which never carry tokens
+            access_log=False,  # our own structured log lines
             timeout_graceful_shutdown=5,
         )
         self._uvicorn = _Embedded(config)
+        app.metrics.track_connections(self.open_connections)
         self._task = asyncio.create_task(self._uvicorn.serve(sockets=[self._socket]))
         while not self._uvicorn.started:
             if self._task.done():
@@ -135,9 +161,22 @@ class VoicewsServer:
             "listening",
             url=self.url,
             engine=self.worker.engine_name,
-            voice=voice,
+            voice=voices[0],
             sample_rate=self.worker.sample_rate,
         )
+
+    @property
+    def connections(self) -> set[Any]:
+        """The open HTTP and WebSocket connections (uvicorn's protocol objects, each with its
+        ``transport``)."""
+        assert self._uvicorn is not None
+        connections: set[Any] = self._uvicorn.server_state.connections
+        return connections
+
+    def open_connections(self) -> int:
+        """HTTP, WebSocket and Wyoming: what the connection cap counts."""
+        web = len(self.connections) if self._uvicorn is not None else 0
+        return web + (self.wyoming.open_connections if self.wyoming is not None else 0)
 
     def _listen(self) -> socket.socket:
         family = socket.AF_INET6 if ":" in self.config.host else socket.AF_INET

@@ -19,6 +19,7 @@ from typing import assert_never
 
 from .agent.conversation import AgentConfig, Conversation, Message
 from .audio import Audio, StitchConfig
+from .encoding import FrameEncoder, OutputFormat
 from .engines.base import SynthesisOptions
 from .errors import CloseCode, ErrorCode, VoicewsError
 from .outbox import Outbox, Outgoing
@@ -37,13 +38,15 @@ from .protocol import (
     ReplyDelta,
     SessionCreated,
     SessionUpdate,
+    SessionUpdated,
     TextDelta,
     TurnDone,
     TurnReset,
     TurnStarted,
     UserMessage,
+    unknown_voice,
 )
-from .segmenter import Segment, SegmenterConfig, Urgency
+from .segmenter import Segment, SegmenterConfig, Urgency, speakable
 from .turn import InFlight, Turn, TurnState
 
 _STALL_TOLERANCE = 0.02  # a frame this late after the listener ran dry counts as a stall
@@ -71,6 +74,8 @@ class SessionConfig:
     segmenter: SegmenterConfig = field(default_factory=SegmenterConfig)
     stitch: StitchConfig = field(default_factory=StitchConfig)
     agent: AgentConfig | None = None
+    voices: tuple[str, ...] = ()
+    """The engine's voices (``engines.engine_voices``), the default first."""
 
     def limits(self, max_sessions: int) -> Limits:
         """What a session enforces, and what its server admits (``max_sessions``)."""
@@ -134,15 +139,24 @@ Request = SynthesisRequest | GenerationRequest
 
 
 class Session:
-    def __init__(self, session_id: str, sample_rate: int, config: SessionConfig) -> None:
+    def __init__(
+        self,
+        session_id: str,
+        sample_rate: int,
+        config: SessionConfig,
+        audio: OutputFormat | None = None,
+    ) -> None:
+        """``sample_rate`` is the engine's; ``audio`` what the frames carry (default: PCM16
+        at the engine's rate)."""
         self.id = session_id
         self.config = config
         self.sample_rate = sample_rate
-        self.outbox = Outbox(high=sample_rate * config.max_pending_audio_ms // 1000)
+        self.audio = audio or OutputFormat(sample_rate)
+        """The output format of turns started from now on."""
+        self.outbox = Outbox(high=self._pending_limit(self.audio.sample_rate))
         """What to send, in order; a frame taken from it goes back in through ``sent``."""
         self.close_request: Close | None = None
         self.stats = SessionStats()
-        self._frame_samples = max(1, sample_rate * config.frame_ms // 1000)
         self._options = SynthesisOptions()
         self._pacing = Pacing(config.stall_guard_ms, config.segmenter.max_chars)
         self._conversation = Conversation(config.agent) if config.agent else None
@@ -163,8 +177,9 @@ class Session:
     def created(self, max_sessions: int) -> SessionCreated:
         return SessionCreated(
             session_id=self.id,
-            audio=AudioFormat(sample_rate=self.sample_rate),
+            audio=self._audio_format(),
             limits=self.config.limits(max_sessions),
+            voices=list(self.config.voices) or None,
         )
 
     def start(self, now: float) -> None:
@@ -205,8 +220,7 @@ class Session:
                         raise VoicewsError(ErrorCode.NO_ACTIVE_TURN, "cancel: no live turn")
                     self._cut(self._turn, now)
                 case SessionUpdate():
-                    changes = message.model_dump(exclude={"type"}, exclude_none=True)
-                    self._options = replace(self._options, **changes)
+                    self._update(message)
                 case UserMessage():
                     self._user_message(message.text, message.turn_id, now)
                 case Playback():
@@ -355,6 +369,13 @@ class Session:
         return min([limit, flush, *(t for t in cuts if t > now)])
 
     @property
+    def pending_audio_s(self) -> float:
+        """Seconds of audio waiting for the socket, at the output rate of its turn."""
+        turn = self._turn if self._turn is not None else self._finished
+        rate = turn.listener.sample_rate if turn is not None else self.audio.sample_rate
+        return self.outbox.samples / rate
+
+    @property
     def synthesizing(self) -> bool:
         """A segment of this session is with the compute worker."""
         return self._turn is not None and self._turn.in_flight is not None
@@ -381,10 +402,43 @@ class Session:
             self._cut(self._turn, now)
         self._last_turn_id = turn_id
         config = self.config
-        self._turn = Turn(
-            turn_id, now, self.sample_rate, self._frame_samples, config.segmenter, config.stitch
-        )
+        # The turn's own encoder: a format change applies from the next turn.
+        encoder = FrameEncoder(self.sample_rate, self.audio, config.frame_ms)
+        self._turn = Turn(turn_id, now, self.sample_rate, encoder, config.segmenter, config.stitch)
+        # Queued frames of a finished turn at another rate count at this one's: a soft bound.
+        self.outbox.high = self._pending_limit(encoder.sample_rate)
         self.outbox.append(TurnStarted(turn_id=turn_id))
+
+    def _update(self, message: SessionUpdate) -> None:
+        """Voice options apply from the next segment, the audio format from the next turn;
+        a refused update changes nothing."""
+        if message.voice is not None and message.voice not in self.config.voices:
+            raise unknown_voice(message.voice, self.config.voices)
+        audio = self.audio
+        if message.audio is not None:
+            try:
+                audio = audio.updated(message.audio.sample_rate, message.audio.format)
+            except ValueError as exc:
+                raise VoicewsError(ErrorCode.INVALID_MESSAGE, str(exc)) from None
+        changes = message.model_dump(exclude={"type", "audio"}, exclude_none=True)
+        self._options = replace(self._options, **changes)
+        self.audio = audio
+        live = self._turn.id if self._turn is not None else None
+        self.outbox.append(
+            SessionUpdated(
+                audio=self._audio_format(),
+                speed=self._options.speed,
+                voice=self._options.voice or next(iter(self.config.voices), None),
+                live_turn_id=live,
+            )
+        )
+
+    def _audio_format(self) -> AudioFormat:
+        return AudioFormat(sample_rate=self.audio.sample_rate, format=self.audio.format)
+
+    def _pending_limit(self, rate: int) -> int:
+        """Samples of queued audio at ``rate`` that pause synthesis."""
+        return rate * self.config.max_pending_audio_ms // 1000
 
     def _user_message(self, text: str, turn_id: str | None, now: float) -> None:
         conversation = self._conversation
@@ -458,7 +512,7 @@ class Session:
             return Urgency.FLUSH if idle else Urgency.FIRST
         if idle:
             return Urgency.FLUSH
-        ahead = turn.listener.left(now) + self.outbox.samples / self.sample_rate
+        ahead = turn.listener.left(now) + self.outbox.samples / turn.listener.sample_rate
         return self._pacing.urgency(ahead, turn.segmenter.pending_chars)
 
     def _submit(self, turn: Turn, segment: Segment, now: float) -> None:
@@ -467,7 +521,7 @@ class Session:
         request = SynthesisRequest(
             job_id=next(self._job_ids),
             turn_id=turn.id,
-            text=segment.text,
+            text=speakable(segment.text),  # URLs shortened, one word each still
             options=self._options,
             first=first,
             deadline=now if first or end is None else end,

@@ -2,7 +2,8 @@
 
 The whole input is one turn of an ordinary session (same segmenter, stitcher and compute
 worker as the WebSocket path), so the first bytes go out after the first segment, not after
-the whole text. WAV responses carry a header written for unknown length.
+the whole text. The session produces the response's rate (PCM16 for ``wav`` and ``pcm``,
+float32 for the codecs); :class:`~voicews.encoding.ContainerEncoder` wraps it as it comes.
 """
 
 from __future__ import annotations
@@ -10,42 +11,70 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import struct
+from collections.abc import Sequence
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from . import logs
 from .asgi import Receive, Send
 from .driver import SessionDriver
+from .encoding import ContainerEncoder, ResponseFormat, content_type, response_output
 from .errors import ErrorCode, VoicewsError
-from .protocol import AudioFrame, EndText, Error, SessionUpdate, TextDelta, TurnDone, TurnReset
+from .protocol import (
+    MAX_JSON_DEPTH,
+    OPUS_RATE,
+    AudioFrame,
+    EndText,
+    Error,
+    SampleRate,
+    SessionUpdate,
+    TextDelta,
+    TurnDone,
+    TurnReset,
+    too_deep,
+    unknown_voice,
+)
 
-_MAX_BODY = 1 << 20
-_UNKNOWN_LENGTH = 0xFFFFFFFF
+MAX_BODY = 1 << 20
+
+
+OPENAI_VOICES = frozenset(
+    "alloy ash ballad coral echo fable nova onyx sage shimmer verse marin cedar".split()
+)
+"""OpenAI's built-in voices, which its clients send by default: the server's default answers."""
 
 
 class SpeechRequest(BaseModel):
-    """The OpenAI ``audio/speech`` body; ``model`` and ``voice`` name what clients expect
-    and are accepted as given: this server speaks with the voice it was started with."""
+    """The OpenAI ``audio/speech`` body; ``model`` is accepted as given, ``voice`` is one of
+    the server's voices (``session_created.voices``) or of OpenAI's (:data:`OPENAI_VOICES`)."""
 
     model_config = ConfigDict(extra="ignore", strict=True)
     input: str = Field(min_length=1)
     model: str | None = None
     voice: str | None = None
-    speed: float = Field(default=1.0, ge=0.5, le=2.0)
-    response_format: Literal["wav", "pcm"] = "wav"
+    speed: float = Field(default=1.0, ge=0.25, le=4.0)
+    response_format: ResponseFormat = "mp3"
+    stream_format: Literal["audio"] = "audio"
+    """OpenAI's ``sse`` (base64 audio in events) is not served: refused, not ignored."""
+    sample_rate: SampleRate | None = None
+    """voicews only: the rate of any format but ``opus`` (48 kHz only)."""
+
+    @model_validator(mode="after")
+    def _opus_is_48k(self) -> SpeechRequest:
+        if self.response_format == "opus" and self.sample_rate not in (None, OPUS_RATE):
+            raise ValueError(f"response_format opus is sample_rate {OPUS_RATE} only")
+        return self
 
 
-def wav_header(sample_rate: int) -> bytes:
-    """A PCM16 mono WAV header whose sizes say 'unknown' (streaming readers accept it)."""
-    return b"".join(
-        [
-            b"RIFF", struct.pack("<I", _UNKNOWN_LENGTH), b"WAVE",
-            b"fmt ", struct.pack("<IHHIIHH", 16, 1, 1, sample_rate, sample_rate * 2, 2, 16),
-            b"data", struct.pack("<I", _UNKNOWN_LENGTH - 36),
-        ]
-    )  # fmt: skip
+def answering_voice(requested: str | None, voices: Sequence[str]) -> str:
+    """The voice that speaks a request: the one asked for if the server has it, else the
+    server's default for none or an OpenAI voice; any other name is refused."""
+    if requested is None or (requested in OPENAI_VOICES and requested not in voices):
+        return voices[0]
+    if requested in voices:
+        return requested
+    raise unknown_voice(requested, voices, ErrorCode.INVALID_REQUEST)
 
 
 async def read_body(receive: Receive, limit: int) -> bytes | None:
@@ -64,26 +93,31 @@ async def read_body(receive: Receive, limit: int) -> bytes | None:
 
 async def speech(
     driver: SessionDriver,
+    body: bytes,
     receive: Receive,
     send: Send,
-    voice: str,
     headers: list[tuple[bytes, bytes]],
 ) -> None:
-    """Serve one request; the session must allow a whole turn's text as backlog. A request
-    refused before the response starts raises :class:`VoicewsError`."""
-    body = await read_body(receive, _MAX_BODY)
-    if body is None:
-        raise VoicewsError(ErrorCode.REQUEST_TOO_LARGE, f"body over {_MAX_BODY} bytes")
+    """Serve one request whose ``body`` was read; the session must allow a whole turn's text
+    as backlog. A request refused before the response starts raises :class:`VoicewsError`."""
     try:
-        request = SpeechRequest.model_validate(json.loads(body or b"null"))
+        text = body.decode()
+        if too_deep(text):
+            raise ValueError(f"JSON nested deeper than {MAX_JSON_DEPTH} levels")
+        request = SpeechRequest.model_validate(json.loads(text or "null"))
     except (ValueError, ValidationError) as exc:
         raise VoicewsError(ErrorCode.INVALID_REQUEST, _describe(exc)) from None
     session, now = driver.session, driver.now()
     limit = session.config.max_turn_text_chars
     if len(request.input) > limit:
         raise VoicewsError(ErrorCode.INPUT_TOO_LONG, f"input over {limit} characters")
+    voice = answering_voice(request.voice, session.config.voices)
+    # The session's first turn is the response: it takes this format.
+    session.audio = response_output(
+        request.response_format, session.sample_rate, request.sample_rate
+    )
     for message in (
-        SessionUpdate(speed=request.speed),
+        SessionUpdate(speed=request.speed, voice=voice),
         TurnReset(turn_id="speech"),
         TextDelta(text=request.input),
         EndText(),
@@ -109,15 +143,16 @@ async def _stream(
     voice: str,
     headers: list[tuple[bytes, bytes]],
 ) -> None:
-    rate = driver.session.sample_rate
-    wav = request.response_format == "wav"
-    pcm_type = f"audio/pcm;rate={rate};channels=1;encoding=s16le"
+    session = driver.session
+    rate = session.audio.sample_rate
+    encoder = ContainerEncoder(request.response_format, rate)
     await send(
         {
             "type": "http.response.start",
             "status": 200,
             "headers": [
-                (b"content-type", b"audio/wav" if wav else pcm_type.encode()),
+                (b"content-type", content_type(request.response_format, rate).encode()),
+                (b"x-request-id", session.id.encode()),  # as the server's log lines name it
                 (b"x-voicews-streamed", b"true"),
                 (b"x-voicews-sample-rate", str(rate).encode()),
                 (b"x-voicews-voice", voice.encode()),
@@ -126,19 +161,18 @@ async def _stream(
             ],
         }
     )
-    if wav:
-        await send({"type": "http.response.body", "body": wav_header(rate), "more_body": True})
     failed = False
     while (item := await driver.next_item()) is not None:
         if isinstance(item, AudioFrame):
-            await send({"type": "http.response.body", "body": item.pcm, "more_body": True})
+            if data := encoder.push(item.pcm):
+                await send({"type": "http.response.body", "body": data, "more_body": True})
         elif isinstance(item, Error):
             failed = True
             logs.event("error", session=driver.session.id, code=item.code, path="speech")
         elif isinstance(item, TurnDone):
             break
     if not failed:
-        await send({"type": "http.response.body", "body": b"", "more_body": False})
+        await send({"type": "http.response.body", "body": encoder.finish(), "more_body": False})
     # After a failure the body is left unterminated: the server closes the connection, so
     # the client sees a truncated transfer instead of a complete-looking short answer.
 

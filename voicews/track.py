@@ -1,15 +1,18 @@
-"""One turn's audio as it goes out: stitched, framed, and placed.
+"""One turn's audio as it goes out: stitched, encoded, framed, and placed.
 
-The turn's segments are stitched into one stream and cut into numbered frames; each segment
-is announced at its start sample before its first frame, and its words too where the engine
-placed them, so a cut turn can say which words had started playing.
+The turn's segments are stitched into one stream at the engine's rate, then resampled and
+encoded into numbered frames in the turn's output format; each segment is announced at its
+start sample before its first frame, and its words too where the engine placed them, so a
+cut turn can say which words had started playing. Every position on the wire counts samples
+at the output rate; the track keeps its own at the engine's and maps them.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from .audio import Audio, StitchConfig, Stitcher, frames, to_pcm16
+from .audio import Audio, StitchConfig, Stitcher
+from .encoding import FrameEncoder
 from .outbox import Outgoing
 from .protocol import AudioFrame, SegmentStarted, WordMark, Words
 from .segmenter import Boundary
@@ -17,15 +20,19 @@ from .segmenter import Boundary
 
 class Track:
     def __init__(
-        self, turn_id: str, sample_rate: int, frame_samples: int, stitch: StitchConfig
+        self, turn_id: str, sample_rate: int, encoder: FrameEncoder, stitch: StitchConfig
     ) -> None:
+        """``sample_rate`` is the engine's; ``encoder`` makes the frames (a cut turn just
+        drops it)."""
         self.turn_id = turn_id
         self.samples = 0
-        """Samples framed so far."""
+        """Samples framed so far, at the output rate."""
         self.spoken: list[tuple[int, str]] = []
-        """(start sample, text) of each segment, or of its words once placed."""
+        """(start sample at the engine's rate, text) of each segment, or of its words once
+        placed."""
         self._stitcher = Stitcher(sample_rate, stitch)
-        self._frame_samples = frame_samples
+        self._encoder = encoder
+        self._released = 0  # engine-rate samples handed to the encoder
         self._seq = 0
         self._segment: str | None = None  # the text of the segment being synthesized
         self._announced = False
@@ -47,11 +54,14 @@ class Track:
         if len(starts) != len(words):
             return None  # the segment stays one unit
         base, skipped = self.spoken[-1][0], self._stitcher.skipped
-        marks = [
-            WordMark(text=word, start_sample=base + max(0, start - skipped))
+        placed = [
+            (base + max(0, start - skipped), word)
             for word, start in zip(words, starts, strict=True)
         ]
-        self.spoken[-1:] = [(mark.start_sample, mark.text) for mark in marks]
+        self.spoken[-1:] = placed
+        marks = [
+            WordMark(text=word, start_sample=self._encoder.position(at)) for at, word in placed
+        ]
         return Words(turn_id=self.turn_id, words=marks)
 
     def end(self, boundary: Boundary) -> list[Outgoing]:
@@ -61,27 +71,28 @@ class Track:
         return out
 
     def finish(self) -> list[Outgoing]:
-        """The turn's last audio, faded out (a failed segment's is not announced)."""
+        """The turn's last audio, faded out (a failed segment's is not announced), and what
+        the encoder still holds."""
         self._segment = None
-        return self._out(self._stitcher.finish())
+        return self._out(self._stitcher.finish(), last=True)
 
     def heard(self, samples: int) -> str:
-        """The words (or segments) that had started within the first ``samples``."""
-        return " ".join(text for start, text in self.spoken if start < samples)
+        """The words (or segments) that had started within the first ``samples`` (at the
+        output rate)."""
+        position = self._encoder.position
+        return " ".join(text for start, text in self.spoken if position(start) < samples)
 
-    def _out(self, audio: Audio) -> list[Outgoing]:
-        if audio.size == 0:
-            return []
+    def _out(self, audio: Audio, last: bool = False) -> list[Outgoing]:
         out: list[Outgoing] = []
-        if self._segment is not None and not self._announced:
-            out.append(
-                SegmentStarted(turn_id=self.turn_id, text=self._segment, start_sample=self.samples)
-            )
-            self.spoken.append((self.samples, self._segment))
+        if audio.size and self._segment is not None and not self._announced:
+            start = self._encoder.position(self._released)
+            out.append(SegmentStarted(turn_id=self.turn_id, text=self._segment, start_sample=start))
+            self.spoken.append((self._released, self._segment))
             self._announced = True
-        for pcm in frames(to_pcm16(audio), self._frame_samples):
-            frame = AudioFrame(self.turn_id, self._seq, self.samples, pcm)
+        self._released += audio.size
+        chunks = self._encoder.push(audio) if audio.size else []
+        for data, samples in chunks + (self._encoder.finish() if last else []):
+            out.append(AudioFrame(self.turn_id, self._seq, self.samples, data, samples))
             self._seq += 1
-            self.samples += frame.samples
-            out.append(frame)
+            self.samples += samples
         return out

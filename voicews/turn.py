@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from enum import Enum
 
 from .audio import StitchConfig
+from .encoding import FrameEncoder
 from .errors import ErrorCode, VoicewsError
 from .listener import ListenerClock
 from .segmenter import Segment, Segmenter, SegmenterConfig
@@ -43,15 +44,17 @@ class Turn:
         turn_id: str,
         now: float,
         sample_rate: int,
-        frame_samples: int,
+        encoder: FrameEncoder,
         segmenter: SegmenterConfig,
         stitch: StitchConfig,
     ) -> None:
+        """``sample_rate`` is the engine's; ``encoder`` makes the turn's frames, at its own
+        output rate, which every count of the turn's samples uses."""
         self.id = turn_id
         self.state = TurnState.OPEN
         self.segmenter = Segmenter(segmenter)
-        self.track = Track(turn_id, sample_rate, frame_samples, stitch)
-        self.listener = ListenerClock(sample_rate)
+        self.track = Track(turn_id, sample_rate, encoder, stitch)
+        self.listener = ListenerClock(encoder.sample_rate)
         """What a real-time listener has of the frames sent."""
         self.started = self.last_delta = now
         self.first_delta: float | None = None

@@ -11,7 +11,19 @@ connection may speak several turns, one at a time; each is either
   cannot stream; it is ignored there, as wyoming-piper does; or
 - one-shot: ``synthesize``, answered with ``audio-start``, ``audio-chunk``*, ``audio-stop``.
 
-A closed connection cancels its synthesis. Wyoming has no authentication and no word timings.
+``describe`` lists the voices a session may choose (``engine_voices``); a turn speaks the voice
+its ``synthesize-start`` or ``synthesize`` names if the engine has it, else the server's default
+(Home Assistant sends the voice configured for it, which may be another server's). A closed
+connection cancels its synthesis. Wyoming has no authentication and no word timings.
+
+A peer gets the bounds a WebSocket peer gets (:mod:`voicews.transport`), where they apply: its
+connection counts against the connection cap; an event must be whole within the request
+timeout once its first byte is in, and at most :func:`max_event_bytes` (the ``wyoming`` package
+reads lines and payloads of any size, for as long as they take, so we read events ourselves);
+the reader stops while the session's outbox is full; and, Wyoming having no ping, a peer that
+leaves what we send unread for ``write_timeout`` is gone, as is one whose host vanished
+(TCP keepalive and a bound on unacknowledged data, on Linux). A peer gone without a close is
+counted in ``voicews_sessions_lost``.
 """
 
 from __future__ import annotations
@@ -21,8 +33,10 @@ import contextlib
 import itertools
 import json
 import socket
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit
 
 from wyoming.audio import AudioChunk, AudioStart, AudioStop
@@ -36,16 +50,34 @@ from wyoming.tts import (
     SynthesizeStart,
     SynthesizeStop,
     SynthesizeStopped,
+    SynthesizeVoice,
 )
 
 from . import __version__, logs
 from .app import VoicewsApp
 from .driver import SessionDriver
+from .engines import KOKORO_ENGINES
 from .engines.piper import bundled_voice
-from .protocol import AudioFrame, ClientMessage, EndText, Error, TextDelta, TurnDone, TurnReset
+from .protocol import (
+    MAX_JSON_DEPTH,
+    AudioFrame,
+    ClientMessage,
+    EndText,
+    Error,
+    SessionUpdate,
+    TextDelta,
+    TurnDone,
+    TurnReset,
+    too_deep,
+)
+from .session import SessionConfig
+from .transport import TransportLimits, TransportPolicy
 
 _WIDTH = 2  # bytes per sample: 16-bit PCM, mono
 _PIPER = Attribution(name="rhasspy", url="https://github.com/rhasspy/piper")
+_KOKORO = Attribution(name="hexgrad", url="https://huggingface.co/hexgrad/Kokoro-82M")
+_LOCALES = {"en-us": "en_US", "en": "en_GB"}
+"""Home Assistant's language codes for the espeak-ng languages Kokoro's voices speak."""
 
 
 def parse_uri(uri: str) -> tuple[str, int]:
@@ -56,12 +88,19 @@ def parse_uri(uri: str) -> tuple[str, int]:
     return parts.hostname, parts.port
 
 
-def describe(voice: Path) -> Info:
-    """What ``describe`` answers: one TTS program that streams, with the voice it speaks
-    (a Piper ``.onnx`` with its ``.onnx.json`` beside it)."""
-    config = json.loads(voice.with_name(voice.name + ".json").read_text(encoding="utf-8"))
-    language = config.get("language", {}).get("code") or config.get("espeak", {}).get("voice")
-    name = voice.name.removesuffix(".onnx")
+def describe(engine: str, voices: Sequence[str], voice_file: Path | None = None) -> Info:
+    """What ``describe`` answers: one TTS program that streams, with the voices a session may
+    choose (``engine_voices``, the default first) and the language each speaks: a Kokoro
+    voice's from its name, a Piper voice's from the ``.onnx.json`` beside ``voice_file``."""
+    if engine in KOKORO_ENGINES:
+        from .engines.kokoro.assets import language
+
+        spoken = [(name, _KOKORO, _LOCALES[language(name)]) for name in voices]
+    else:
+        path = voice_file or bundled_voice()
+        config = json.loads(path.with_name(path.name + ".json").read_text(encoding="utf-8"))
+        code = config.get("language", {}).get("code") or config.get("espeak", {}).get("voice")
+        spoken = [(voices[0], _PIPER, code or "en")]
     return Info(
         tts=[
             TtsProgram(
@@ -74,11 +113,12 @@ def describe(voice: Path) -> Info:
                     TtsVoice(
                         name=name,
                         description=name,
-                        attribution=_PIPER,
+                        attribution=attribution,
                         installed=True,
                         version=None,
-                        languages=[language or "en"],
+                        languages=[language],
                     )
+                    for name, attribution, language in spoken
                 ],
                 supports_synthesize_streaming=True,
             )
@@ -93,12 +133,15 @@ class WyomingServer:
         self,
         app: VoicewsApp,
         uri: str,
+        policy: TransportPolicy,
         voice: str | None = None,
         socket_send_buffer: int = 128 * 1024,
     ) -> None:
         self.app = app
+        self._policy = policy
         self._host, self._port = parse_uri(uri)
-        self._info = describe(Path(voice) if voice is not None else bundled_voice())
+        voice_file = Path(voice) if voice is not None else None
+        self._info = describe(app.worker.engine_name, app.config.session.voices, voice_file)
         self._send_buffer = socket_send_buffer
         self._server: asyncio.Server | None = None
         self._handlers: dict[asyncio.Task[None], WyomingConnection] = {}
@@ -110,7 +153,9 @@ class WyomingServer:
         # Small, as on the WebSocket: a client that stops reading pauses its own synthesis.
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, self._send_buffer)
         sock.bind((self._host, self._port))
-        self._server = await asyncio.start_server(self._accept, sock=sock)
+        # The reader's limit bounds a line: past it, readline raises instead of buffering on.
+        limit = max_event_bytes(self.app.config.session)
+        self._server = await asyncio.start_server(self._accept, sock=sock, limit=limit)
         logs.event("listening", url=self.uri, protocol="wyoming")
 
     @property
@@ -118,6 +163,10 @@ class WyomingServer:
         assert self._server is not None
         port: int = self._server.sockets[0].getsockname()[1]
         return port
+
+    @property
+    def open_connections(self) -> int:
+        return len(self._handlers)
 
     @property
     def uri(self) -> str:
@@ -136,7 +185,13 @@ class WyomingServer:
             await self._server.wait_closed()
 
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        handler = WyomingConnection(self.app, self._info, reader, writer)
+        limits = self._policy.limits
+        if self._policy.open_connections() >= limits.max_connections:
+            self._policy.dropped("connection_cap")
+            writer.transport.abort()
+            return
+        _keepalive(writer, limits.write_timeout)
+        handler = WyomingConnection(self.app, self._info, reader, writer, self._policy)
         task = asyncio.create_task(handler.run(), name="voicews wyoming connection")
         self._handlers[task] = handler
         task.add_done_callback(self._handlers.pop)
@@ -148,9 +203,18 @@ class _Turn:
     audio_started: bool = False
 
 
+class _Dropped(Exception):
+    """The peer broke the framing or a bound: the connection closes (``reason`` as the
+    transport's ``dropped`` names it)."""
+
+    def __init__(self, reason: str, detail: str) -> None:
+        super().__init__(detail)
+        self.reason = reason
+
+
 class WyomingConnection(AsyncEventHandler):
-    """One Wyoming client. Events are read one at a time (wyoming's loop); what the session
-    sends back goes out from a task of its own, so reading never waits for synthesis."""
+    """One Wyoming client. Events are read one at a time; what the session sends back goes out
+    from a task of its own, so reading never waits for synthesis."""
 
     def __init__(
         self,
@@ -158,10 +222,14 @@ class WyomingConnection(AsyncEventHandler):
         info: Info,
         reader: asyncio.StreamReader,
         writer: asyncio.StreamWriter,
+        policy: TransportPolicy,
     ) -> None:
         super().__init__(reader, writer)
         self._app = app
         self._info = info
+        self._policy = policy
+        self._limits: TransportLimits = policy.limits
+        self._lost = False
         self._client = _peer(writer)
         self._driver: SessionDriver | None = None
         self._sender: asyncio.Task[None] | None = None
@@ -170,10 +238,81 @@ class WyomingConnection(AsyncEventHandler):
         self._streaming: str | None = None  # the streamed turn whose text is still arriving
 
     async def run(self) -> None:
+        """Serve events until the peer closes, the server stops it, or the peer breaks a
+        bound; its session, if any, ends with it."""
         try:
-            await super().run()
-        except (KeyError, TypeError, ValueError) as exc:  # a line that is not an event
+            while (event := await self._read_event()) is not None:
+                if not await self.handle_event(event) or not await self._room():
+                    break
+        except _Dropped as exc:
+            self._policy.dropped(exc.reason)
             logs.event("error", protocol="wyoming", code="invalid_event", detail=exc)
+        except OSError:  # a reset, or what we sent left unread for write_timeout
+            self._lost = True
+        finally:
+            await self.disconnect()
+            self.writer.close()
+
+    async def _room(self) -> bool:
+        """Wait until the session takes more input (its client reads what it is sent: a
+        client that does not is not read either); False once its sender has ended."""
+        if self._driver is None or self._sender is None:
+            return True
+        room = asyncio.ensure_future(self._driver.room_for_input())
+        try:
+            await asyncio.wait({room, self._sender}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            room.cancel()
+        return not self._sender.done()
+
+    async def _read_event(self) -> Event | None:
+        """The next event; None once the peer or the server closed. Waiting for an event is
+        unbounded (the session's idle timeout ends an idle connection that holds a slot), but
+        from its first byte an event must be whole within ``head_timeout``, and no larger than
+        :func:`max_event_bytes`."""
+        if not (first := await self.reader.read(1)):
+            return None
+        seconds, limit = self._limits.head_timeout, max_event_bytes(self._app.config.session)
+        try:
+            async with asyncio.timeout(seconds):
+                line = first + await self.reader.readline()  # ValueError past the limit
+                if not line.endswith(b"\n"):
+                    return None  # closed mid-line
+                header = _json_object(line)
+                if not isinstance(kind := header["type"], str):
+                    raise TypeError("the event type must be a string")
+                data_length = header.get("data_length") or 0
+                payload_length = header.get("payload_length") or 0
+                if not isinstance(data_length, int) or not isinstance(payload_length, int):
+                    raise ValueError("data_length and payload_length must be integers")
+                if (size := len(line) + data_length + payload_length) > limit:
+                    raise ValueError(f"event of {size} bytes; the limit is {limit}")
+                data = header.get("data") or {}
+                if data_length > 0:
+                    data = {**data, **_json_object(await self.reader.readexactly(data_length))}
+                payload = await self.reader.readexactly(payload_length) if payload_length else None
+                return Event(type=kind, data=data, payload=payload)
+        except TimeoutError:
+            raise _Dropped("head_timeout", f"event not whole within {seconds:g} s") from None
+        except asyncio.IncompleteReadError:
+            return None  # closed mid-event
+        except (KeyError, TypeError, ValueError) as exc:  # not an event: the framing is lost
+            raise _Dropped("invalid_request", f"{type(exc).__name__}: {exc}") from None
+
+    async def write_event(self, event: Event) -> None:
+        """Send ``event``; a peer that leaves it unread for ``write_timeout`` is gone (Wyoming
+        has no ping): the connection is aborted."""
+        try:
+            async with asyncio.timeout(self._limits.write_timeout):
+                await super().write_event(event)
+        except TimeoutError:
+            self._lost = True
+            self.writer.transport.abort()
+            seconds = self._limits.write_timeout
+            raise ConnectionAbortedError(f"peer left our events unread for {seconds:g} s") from None
+        except OSError:
+            self._lost = True  # reset while we wrote
+            raise
 
     async def handle_event(self, event: Event) -> bool:
         try:
@@ -187,7 +326,7 @@ class WyomingConnection(AsyncEventHandler):
             await self.write_event(self._info.event())
             return True
         if SynthesizeStart.is_type(event.type):
-            return await self._start_turn(streamed=True)
+            return await self._start_turn(SynthesizeStart.from_event(event).voice, streamed=True)
         if SynthesizeChunk.is_type(event.type):
             if self._streaming is None:
                 await self._refuse("no_stream", "synthesize-chunk outside synthesize-start/stop")
@@ -202,8 +341,9 @@ class WyomingConnection(AsyncEventHandler):
             self._handle(EndText())
             return True
         if Synthesize.is_type(event.type) and self._streaming is None:
-            delta = TextDelta(text=Synthesize.from_event(event).text)  # valid before a turn
-            if not await self._start_turn(streamed=False):
+            synthesize = Synthesize.from_event(event)
+            delta = TextDelta(text=synthesize.text)  # valid before a turn
+            if not await self._start_turn(synthesize.voice, streamed=False):
                 return False
             self._handle(delta, EndText())
         return True  # anything else, a synthesize inside a stream included, is not for us
@@ -218,7 +358,9 @@ class WyomingConnection(AsyncEventHandler):
             session = self._driver.session
             self._driver.close()
             self._app.close_session(session)
-            logs.event("session_close", session=session.id, protocol="wyoming")
+            if self._lost:
+                self._app.metrics.sessions_lost.inc()
+            logs.event("session_close", session=session.id, protocol="wyoming", lost=self._lost)
 
     def drain(self) -> None:
         """Server shutdown: finish the current turn, refuse new ones, then close."""
@@ -226,7 +368,7 @@ class WyomingConnection(AsyncEventHandler):
             self._driver.session.drain(self._driver.now())
             self._driver.sync()
 
-    async def _start_turn(self, streamed: bool) -> bool:
+    async def _start_turn(self, voice: SynthesizeVoice | None, streamed: bool) -> bool:
         """Open the session on the first turn (the capacity check); False if refused."""
         if self._driver is None:
             refusal = self._app.capacity_refusal()
@@ -249,8 +391,14 @@ class WyomingConnection(AsyncEventHandler):
         turn_id = next(self._turn_ids)
         self._turns[turn_id] = _Turn(streamed=streamed)
         self._streaming = turn_id if streamed else None
-        self._handle(TurnReset(turn_id=turn_id))
+        self._handle(SessionUpdate(voice=self._voice(voice)), TurnReset(turn_id=turn_id))
         return True
+
+    def _voice(self, asked: SynthesizeVoice | None) -> str:
+        """The voice asked for by name if the engine has it, else the server's default."""
+        voices = self._app.config.session.voices
+        name = asked.name if asked is not None else None
+        return name if name is not None and name in voices else voices[0]
 
     def _handle(self, *messages: ClientMessage) -> None:
         assert self._driver is not None
@@ -260,7 +408,7 @@ class WyomingConnection(AsyncEventHandler):
         self._driver.sync()
 
     async def _send_loop(self, driver: SessionDriver) -> None:
-        rate = driver.session.sample_rate
+        rate = driver.session.audio.sample_rate  # PCM16: the default output format
         while (item := await driver.next_item()) is not None:
             match item:
                 case AudioFrame():
@@ -296,6 +444,35 @@ class WyomingConnection(AsyncEventHandler):
 
     async def _refuse(self, code: str, message: str) -> None:
         await self.write_event(WyomingError(text=message, code=code).event())
+
+
+def max_event_bytes(config: SessionConfig) -> int:
+    """The largest event taken: a one-shot ``synthesize`` carries a whole turn's text, so
+    ``max_turn_text_chars`` of UTF-8 (four bytes each at most) besides a message's worth."""
+    return config.max_message_bytes + 4 * config.max_turn_text_chars
+
+
+def _json_object(data: bytes) -> dict[str, Any]:
+    text = data.decode()
+    if too_deep(text):
+        raise ValueError(f"JSON nested deeper than {MAX_JSON_DEPTH} levels")
+    value = json.loads(text)
+    if not isinstance(value, dict):
+        raise ValueError("not a JSON object")
+    return value
+
+
+def _keepalive(writer: asyncio.StreamWriter, seconds: float) -> None:
+    """Find a peer whose host vanished without a reset within about ``seconds``: TCP keepalive
+    probes while idle, and a bound on data left unacknowledged (Linux; elsewhere the
+    system's keepalive)."""
+    sock = writer.get_extra_info("socket")
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+    if hasattr(socket, "TCP_USER_TIMEOUT"):
+        probe = max(1, int(seconds / 4))
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE, probe)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPINTVL, probe)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT, int(seconds * 1000))
 
 
 def _peer(writer: asyncio.StreamWriter) -> str | None:

@@ -27,6 +27,7 @@ const ui = {
   rateValue: $("rate-value"),
   speed: $("speed"),
   speedValue: $("speed-value"),
+  outputRate: $("output-rate"),
   speak: $("speak"),
   stop: $("stop"),
   sample: $("sample"),
@@ -100,7 +101,7 @@ function newTurn(id, text) {
 
 function connect() {
   if (conn.ws && conn.ws.readyState <= WebSocket.OPEN) return conn.ready;
-  const ws = new WebSocket(realtimeUrl(location));
+  const ws = new WebSocket(realtimeUrl(location, Number(ui.outputRate.value) || null));
   ws.binaryType = "arraybuffer";
   conn.ws = ws;
   setConnection("connecting…", "");
@@ -226,6 +227,16 @@ function onFrame(data) {
     { type: "pcm", turnId: frame.turnId, startSample: frame.startSample, samples: frame.samples },
     [frame.samples.buffer],
   );
+}
+
+/** The output rate is chosen at connect (a query parameter): a new choice reconnects. */
+function reconnect() {
+  if (turn.accepting) stop();
+  const old = conn.ws;
+  conn.ws = null;
+  old?.close(1000, "output rate changed");
+  log(`output rate: ${ui.outputRate.value === "0" ? "the voice's own" : `${ui.outputRate.value} Hz`}`);
+  connect().catch(() => {});
 }
 
 function sendSpeed() {
@@ -597,6 +608,12 @@ ui.speed.addEventListener("input", () => {
   ui.speedValue.textContent = `${Number(ui.speed.value).toFixed(2)}×`;
 });
 ui.speed.addEventListener("change", sendSpeed);
+ui.outputRate.addEventListener("change", reconnect);
+{
+  // ?sample_rate=48000 preselects an output rate (for links and tests).
+  const asked = new URLSearchParams(location.search).get("sample_rate");
+  if (asked && [...ui.outputRate.options].some((o) => o.value === asked)) ui.outputRate.value = asked;
+}
 
 window.voicews = {
   get state() {

@@ -4,11 +4,18 @@
 
 export const REALTIME_PATH = "/v1/realtime";
 
-/** The realtime endpoint on the page's own host, with the page's `?token=` passed on. */
-export function realtimeUrl(loc) {
+/**
+ * The realtime endpoint on the page's own host, with the page's `?token=` passed on and, if
+ * given, the output `sampleRate` asked for (the voice's own rate otherwise). The page always
+ * takes the default encoding, pcm_s16le.
+ */
+export function realtimeUrl(loc, sampleRate = null) {
   const scheme = loc.protocol === "https:" ? "wss:" : "ws:";
   const token = new URLSearchParams(loc.search).get("token");
-  const query = token ? `?token=${encodeURIComponent(token)}` : "";
+  const params = [];
+  if (token) params.push(`token=${encodeURIComponent(token)}`);
+  if (sampleRate) params.push(`sample_rate=${sampleRate}`);
+  const query = params.length ? `?${params.join("&")}` : "";
   return `${scheme}//${loc.host}${REALTIME_PATH}${query}`;
 }
 

@@ -13,6 +13,8 @@ from ..audio import Audio
 class SynthesisOptions:
     speed: float = 1.0
     """Speaking rate: 2.0 is twice as fast."""
+    voice: str | None = None
+    """One of the engine's voices (``engine_voices``); None: the one the engine was built with."""
     chunk_frames: int | None = None
     """For engines that decode in windows: latent frames per window (None: the engine's)."""
     overlap_frames: int | None = None

@@ -18,7 +18,7 @@ import numpy as np
 from ..audio import Audio
 from ..cache import cache_dir, file_key, write_atomically
 from .base import SynthesisOptions, WordStarts
-from .piper_words import WordPlacer, phonemize
+from .piper_words import WordPlacer, inference_chunks, phonemize
 
 if TYPE_CHECKING:
     from onnxruntime import InferenceSession
@@ -102,9 +102,9 @@ class PiperEngine:
         config = self._config_type(
             length_scale=self._length_scale / options.speed, normalize_audio=False
         )
-        sentences = [p for p in phonemize(self._voice, text) if p]
+        sentences = inference_chunks([p for p in phonemize(self._voice, text) if p], options.speed)
         timed = []
-        for phonemes in sentences:  # one inference per sentence, as piper-tts does
+        for phonemes in sentences:  # one inference per sentence (or piece of a long one)
             ids = self._voice.phonemes_to_ids(phonemes)
             audio, id_samples = self._voice.phoneme_ids_to_audio(
                 ids, config, include_alignments=True

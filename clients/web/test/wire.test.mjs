@@ -1,6 +1,7 @@
 // Unit tests of the web client's pure helpers and the vendored msgpack build, with Node's
 // own test runner (no npm install): node --test clients/web/test/
 import assert from "node:assert/strict";
+import { readFileSync } from "node:fs";
 import { createRequire } from "node:module";
 import { test } from "node:test";
 
@@ -39,6 +40,27 @@ test("realtime URL from the page's location", () => {
     realtimeUrl(loc("https://tts.example/index.html?token=a b&x=1")),
     "wss://tts.example/v1/realtime?token=a%20b",
   );
+  assert.equal(
+    realtimeUrl(loc("http://127.0.0.1:8765/?token=t"), 48000),
+    "ws://127.0.0.1:8765/v1/realtime?token=t&sample_rate=48000",
+  );
+  assert.equal(
+    realtimeUrl(loc("http://127.0.0.1:8765/"), 48000),
+    "ws://127.0.0.1:8765/v1/realtime?sample_rate=48000",
+  );
+});
+
+test("decodes the golden PCM16 frames of protocol/examples", () => {
+  const examples = new URL("../../../protocol/examples/", import.meta.url);
+  const golden = JSON.parse(readFileSync(new URL("frames.json", examples), "utf8"));
+  const pcm16 = golden.frames.filter((f) => f.format === "pcm_s16le");
+  assert.ok(pcm16.length >= 3);
+  for (const f of pcm16) {
+    const frame = decodeFrame(readFileSync(new URL(f.file, examples)));
+    assert.equal(frame.turnId, f.turn_id);
+    assert.equal(frame.startSample, f.start_sample);
+    assert.deepEqual(Array.from(frame.samples), f.values.map((v) => v / 32768));
+  }
 });
 
 test("tokens join back to the text", () => {

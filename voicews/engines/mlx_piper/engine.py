@@ -23,7 +23,7 @@ import numpy as np
 
 from ...audio import Audio
 from ..base import SynthesisOptions, WordStarts
-from ..piper_words import WordPlacer, phonemize
+from ..piper_words import WordPlacer, inference_chunks, phonemize
 
 if TYPE_CHECKING:
     from .model import PiperVits
@@ -123,15 +123,16 @@ class MlxPiperEngine:
         self._rng = np.random.default_rng(seed)
         log.info("mlx-piper: %s on %s", model.name, self.device)
 
-    def phoneme_ids(self, text: str) -> list[list[int]]:
-        """Piper's phoneme ids for each sentence of ``text``, exactly as piper-tts makes them."""
-        return [ids for _, ids in self._sentences(text)]
+    def phoneme_ids(self, text: str, speed: float = 1.0) -> list[list[int]]:
+        """Piper's phoneme ids for each inference of ``text``: per sentence, exactly as
+        piper-tts makes them, with a long sentence split as the other engine splits it."""
+        return [ids for _, ids in self._sentences(text, speed)]
 
-    def _sentences(self, text: str) -> list[tuple[list[str], list[int]]]:
+    def _sentences(self, text: str, speed: float) -> list[tuple[list[str], list[int]]]:
+        sentences = [p for p in phonemize(self._phonemizer, text) if p]
         return [
             (phonemes, self._phonemizer.phonemes_to_ids(phonemes))
-            for phonemes in phonemize(self._phonemizer, text)
-            if phonemes
+            for phonemes in inference_chunks(sentences, speed)
         ]
 
     def synthesize(self, text: str, options: SynthesisOptions) -> Iterator[Audio | WordStarts]:
@@ -144,7 +145,7 @@ class MlxPiperEngine:
         if overlap is None and config.decode == "overlap":
             overlap = config.overlap_frames
         timed = []
-        for phonemes, ids in self._sentences(text):
+        for phonemes, ids in self._sentences(text, options.speed):
             latents = self.model.latents(
                 ids,
                 noise_scale=self._noise_scale,

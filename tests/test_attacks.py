@@ -1,0 +1,311 @@
+"""Each hostile client of ``bench/hostile.py`` against a real server on loopback.
+
+One test per point of the hardening issues (10 and 15), scaled down to seconds: the attack
+runs, a calm session speaks alongside where the issue measured one (its first audio and
+stall are printed, ``pytest -s`` shows them), and whatever the attacker held must come back
+within a bounded time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Callable
+from dataclasses import replace
+
+import pytest
+
+import hostile
+from conftest import TEST_CONFIG, http_get, resources, running, timeout
+from hostile import alongside
+from voicews.client import RealtimeClient
+from voicews.encoding import RESPONSE_FORMATS
+from voicews.errors import ErrorCode
+from voicews.protocol import Error
+from voicews.server import ServerConfig, VoicewsServer
+
+HOST = "127.0.0.1"
+
+
+def hardened(**server: object) -> ServerConfig:
+    """Short keepalive and request deadlines, so what the defaults bound in tens of seconds
+    is bounded here in one."""
+    short = replace(TEST_CONFIG, ping_interval=0.5, ping_timeout=0.5, request_timeout=0.5)
+    return replace(short, **server)  # type: ignore[arg-type]
+
+
+async def until(condition: Callable[[], bool], seconds: float, what: str) -> float:
+    """Wait for ``condition``; the seconds it took."""
+    start = time.monotonic()
+    async with asyncio.timeout(timeout(seconds)):
+        while not condition():
+            await asyncio.sleep(0.05)
+    took = time.monotonic() - start
+    print(f"{what}: after {took:.2f} s")
+    return took
+
+
+def metric(srv: VoicewsServer, name: str, **labels: str) -> float:
+    assert srv.app is not None
+    return srv.app.metrics.registry.get_sample_value(name, labels) or 0.0
+
+
+def slots_back(srv: VoicewsServer) -> bool:
+    return srv.app is not None and not srv.app.sessions
+
+
+# --- 10.1: leaked sessions -------------------------------------------------------------------
+
+
+async def test_peers_that_flood_without_reading_then_reset_free_their_sessions() -> None:
+    """Four clients flood invalid frames without reading (the server stops reading them for
+    backpressure), then reset the connection: each session ends at once, not at keepalive."""
+    async with running(with_slots(5)) as srv:
+        flood = asyncio.gather(
+            *(hostile.flood_then_reset(HOST, srv.port, 10_000, seconds=2) for _ in range(4))
+        )
+        calm, _ = await alongside(srv.url, flood)
+        print(f"10.1 flood then reset, 4 peers: calm session {calm}")
+        await until(lambda: slots_back(srv), 3, "10.1 every slot back")
+        assert metric(srv, "voicews_sessions_lost_total") == 4
+        assert (await http_get(srv.port, "/readyz"))[::2] == (200, b"ready\n")
+
+
+async def test_peers_that_flood_then_hang_are_dropped_by_keepalive() -> None:
+    """Same flood, but the peers then stay connected, never reading and never answering a
+    ping: the keepalive drops them (abort, not a polite close that waits to flush)."""
+    async with running(hardened(max_sessions=4)) as srv:
+        writers = await asyncio.gather(
+            *(hostile.flood_then_hang(HOST, srv.port, 10_000, seconds=1) for _ in range(3))
+        )
+        try:
+            await until(lambda: slots_back(srv), 5, "10.1 hung peers dropped")
+            assert metric(srv, "voicews_sessions_lost_total") == 3
+            await until(lambda: len(srv.connections) == 0, 2, "10.1 their connections closed")
+        finally:
+            for writer in writers:
+                hostile.reset(writer)
+
+
+def with_slots(sessions: int) -> ServerConfig:
+    return replace(TEST_CONFIG, max_sessions=sessions)
+
+
+# --- 10.2: slow request bodies ---------------------------------------------------------------
+
+
+async def test_slow_request_bodies_hold_no_session_slot() -> None:
+    """Four speech requests trickle their bodies on a server with two slots: the calm
+    session still gets in, and each trickler gets 408 once the request deadline passes."""
+    async with running(hardened(max_sessions=2)) as srv:
+        slow = asyncio.gather(
+            *(hostile.slow_body(HOST, srv.port, 1000, interval=0.2, seconds=10) for _ in range(4))
+        )
+        calm, answers = await alongside(srv.url, slow, delay=0.3)
+        print(f"10.2 slow bodies x4 on 2 slots: calm session {calm}")
+        assert all(answer.startswith(b"HTTP/1.1 408") for answer in answers), answers
+        assert b"request_timeout" in answers[0]
+        await until(lambda: slots_back(srv), 2, "10.2 every slot back")
+
+
+async def test_every_response_format_reads_its_body_before_taking_a_slot() -> None:
+    """The body deadline and the slot-after-body rule come before the body is read, so before
+    its format is known: on a server with one slot, one trickled request per format gets 408
+    while the calm session gets in; then each format, its body in two parts within the
+    deadline, holds no slot until the second part and gets its audio."""
+    async with running(hardened(max_sessions=1, max_connections=16)) as srv:
+        slow = asyncio.gather(
+            *(
+                hostile.slow_body(HOST, srv.port, 1000, 0.2, 10, response_format=name)
+                for name in RESPONSE_FORMATS
+            )
+        )
+        calm, answers = await alongside(srv.url, slow, delay=0.3)
+        print(f"10.2 a slow body per format on 1 slot: calm session {calm}")
+        assert all(answer.startswith(b"HTTP/1.1 408") for answer in answers), answers
+        for name in RESPONSE_FORMATS:
+            body = json.dumps({"input": "Hello there.", "response_format": name}).encode()
+            request, half = post(body), len(body) // 2
+            reader, writer = await hostile.connect(HOST, srv.port)
+            writer.write(request[:-half])
+            await asyncio.sleep(0.2)  # within the 0.5 s deadline
+            assert slots_back(srv), name  # still reading its body: no slot held
+            writer.write(request[-half:])
+            answer = await asyncio.wait_for(reader.read(), timeout(30))
+            writer.close()
+            head = answer.partition(b"\r\n\r\n")[0].decode()
+            assert head.startswith("HTTP/1.1 200") and "content-type: audio/" in head, name
+
+
+# --- 10.3: one job's cost ---------------------------------------------------------------------
+
+
+async def test_a_text_that_expands_to_minutes_of_audio_does_not_starve_the_calm_session() -> None:
+    """250 CJK characters, which this English voice spells out as 85 s of speech, are one
+    segment; its synthesis runs in bounded pieces that the calm session's segments overtake."""
+    async with running(hardened()) as srv:
+        calm, turn = await alongside(srv.url, hostile.speak(srv.url, "你好" * 125), delay=0.3)
+        print(f"10.3 '你好' x 125: calm session {calm}; the attacker got {turn.duration:.0f} s")
+        assert turn.done is not None and turn.duration > 60
+        assert calm.first_audio < timeout(3) and calm.stall < timeout(3)
+
+
+# --- 10.5: ping flood ---------------------------------------------------------------------
+
+
+async def test_a_ping_flood_that_reads_no_pong_is_not_buffered() -> None:
+    """WebSocket pings from a client that reads nothing: the server stops reading it once its
+    write buffer is full, so pongs never pile up (and this without the keepalive's help)."""
+    async with running(TEST_CONFIG) as srv:
+        peak = 0
+
+        async def watch() -> None:
+            nonlocal peak
+            while True:
+                sizes = [c.transport.get_write_buffer_size() for c in list(srv.connections)]
+                peak = max([peak, *sizes])
+                await asyncio.sleep(0.02)
+
+        watcher = asyncio.create_task(watch())
+        try:
+            flood = hostile.ping_flood(HOST, srv.port, megabytes=32, seconds=3)
+            calm, sent = await alongside(srv.url, flood, delay=0.3)
+        finally:
+            watcher.cancel()
+        print(
+            f"10.5 ping flood: {sent / 2**20:.1f} MiB sent, server write buffer peak "
+            f"{peak / 2**10:.0f} KiB; calm session {calm}"
+        )
+        assert sent < 16 * 2**20  # the server stopped reading well before 32 MiB
+        assert peak < 2**20
+
+
+# --- 10.6: deep JSON ------------------------------------------------------------------------
+
+
+async def test_deeply_nested_json_is_an_invalid_message() -> None:
+    async with running(hardened()) as srv, await RealtimeClient.connect(srv.url) as client:
+        for depth in (9, 990, 30_000):
+            await client.ws.send(hostile.nested(depth))
+            error = await client.recv(timeout(5))
+            assert isinstance(error, Error) and error.code == ErrorCode.INVALID_MESSAGE, error
+        assert (await client.speak("Still fine.", timeout=timeout(20))).done is not None
+        body = json.dumps({"input": "hi", "x": 0}).replace("0", "[" * 100_000 + "]" * 100_000)
+        answer = await hostile.raw_request(HOST, srv.port, post(body.encode()))
+        assert answer.startswith(b"HTTP/1.1 400") and b"nested deeper" in answer
+
+
+def post(body: bytes) -> bytes:
+    return (
+        f"POST /v1/audio/speech HTTP/1.1\r\nHost: t\r\nContent-Length: {len(body)}\r\n"
+        "Connection: close\r\n\r\n"
+    ).encode() + body
+
+
+# --- 10.7: idle and half-open connections ------------------------------------------------
+
+
+async def test_silent_and_trickling_connections_are_closed_at_the_request_deadline() -> None:
+    async with running(hardened()) as srv:
+        fds = resources().fds
+        start = time.monotonic()
+        idle = asyncio.gather(
+            *(hostile.silent(HOST, srv.port, seconds=10) for _ in range(8)),
+            *(hostile.slow_head(HOST, srv.port, interval=0.1, seconds=10) for _ in range(8)),
+        )
+        calm, answers = await alongside(srv.url, idle, delay=0.2)
+        took = time.monotonic() - start
+        print(f"10.7 8 silent + 8 trickling handshakes: all closed in {took:.1f} s; calm {calm}")
+        assert all(answer.startswith(b"HTTP/1.1 408") for answer in answers), answers
+        assert metric(srv, "voicews_connections_dropped_total", reason="head_timeout") == 16
+        await until(lambda: resources().fds <= fds, 2, "10.7 descriptors back")
+
+
+async def test_connections_over_the_cap_are_refused_at_once() -> None:
+    async with running(replace(hardened(), request_timeout=5.0, max_connections=6)) as srv:
+        held = [await hostile.connect(HOST, srv.port) for _ in range(6)]
+        try:
+            await until(lambda: len(srv.connections) == 6, 2, "10.7 six connections open")
+            assert metric(srv, "voicews_connections_open") == 6
+            extra = await hostile.raw_request(HOST, srv.port, b"GET /healthz HTTP/1.1\r\n\r\n")
+            assert extra.startswith(b"HTTP/1.1 503")
+            assert metric(srv, "voicews_connections_dropped_total", reason="connection_cap") == 1
+        finally:
+            for _, writer in held:
+                writer.close()
+        await until(lambda: len(srv.connections) == 0, 2, "10.7 held connections gone")
+        assert (await http_get(srv.port, "/healthz"))[0] == 200
+
+
+# --- 10.8: HTTP framing ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "request_bytes",
+    [*hostile.ambiguous_requests(), hostile.handshake(headers={"X-Folded": "a\r\n\tb"})],
+    ids=["te-and-cl", "obs-fold", "obs-fold-handshake"],
+)
+async def test_ambiguous_framing_is_refused_and_the_connection_closed(
+    request_bytes: bytes,
+) -> None:
+    async with running(hardened()) as srv:
+        answer = await hostile.raw_request(HOST, srv.port, request_bytes)  # reads until close
+        assert answer.startswith(b"HTTP/1.1 400"), answer[:100]
+        assert metric(srv, "voicews_connections_dropped_total", reason="invalid_request") == 1
+
+
+# --- 15.2: DNS rebinding ---------------------------------------------------------------------
+
+
+async def test_a_rebound_host_is_not_the_servers_own_origin() -> None:
+    policy = replace(TEST_CONFIG.access, allowed_origins=frozenset({"https://app.example"}))
+    async with running(replace(hardened(), access=policy)) as srv:
+
+        async def status(origin: str, host: str) -> str:
+            request = hostile.handshake(headers={"Origin": origin}).replace(
+                b"Host: 127.0.0.1", f"Host: {host}".encode()
+            )
+            reader, writer = await hostile.connect(HOST, srv.port)
+            writer.write(request)
+            line = await asyncio.wait_for(reader.readline(), timeout(5))
+            writer.close()
+            return line.decode()
+
+        evil = f"evil.example:{srv.port}"
+        assert "403" in await status(f"http://{evil}", evil)
+        assert "403" in await status(f"gopher://{evil}", evil)
+        assert "101" in await status(f"http://127.0.0.1:{srv.port}", f"127.0.0.1:{srv.port}")
+        assert "101" in await status(f"http://localhost:{srv.port}", evil)
+        assert "101" in await status("https://app.example", evil)
+
+
+# --- 15.3: long tokens -----------------------------------------------------------------------
+
+
+LONG_TOKENS = {
+    "url": hostile.LONG_URL,
+    "word": "a" * 999 + ".",
+    "digits": "7" * 600,
+    "zwj": "\u200d" * 900 + "done.",
+}
+
+
+async def test_long_tokens_cost_what_ordinary_text_costs() -> None:
+    """A 3,200-character URL, a 1,000-character word, 600 digits, 900 zero-width joiners:
+    each is split (or, for the URL, read shortened), so the calm session keeps speaking and
+    the process does not grow past what an ordinary segment's inference takes."""
+    one_backlog = replace(TEST_CONFIG.session, max_pending_text_chars=4_000)
+    async with running(hardened(session=one_backlog)) as srv:
+        await hostile.speak(srv.url, "Warm up the voice with an ordinary sentence or two.")
+        before = resources().rss
+        for name, text in LONG_TOKENS.items():
+            calm, turn = await alongside(srv.url, hostile.speak(srv.url, text), delay=0.2)
+            grown = (resources().rss - before) / 2**20
+            print(f"15.3 {name}: calm session {calm}; {turn.duration:.0f} s; RSS +{grown:.0f} MiB")
+            assert turn.done is not None and not turn.errors
+            assert calm.first_audio < timeout(3) and calm.stall < timeout(3)
+            if name == "url":  # the segment shows the URL as sent; the voice reads it short
+                assert any("section/" * 400 in s.text for s in turn.segments)
+                assert turn.duration < 8
+        assert resources().rss - before < 400 * 2**20

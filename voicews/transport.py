@@ -1,0 +1,196 @@
+"""The byte-level protocols uvicorn runs for us, hardened against clients that hold resources.
+
+uvicorn's own HTTP/1.1 (h11) and WebSocket (``websockets`` sans-I/O) protocols, each with
+the few bounds they lack:
+
+- a request head (and so a WebSocket handshake) must arrive within ``head_timeout``, from
+  the connection's first byte and again after each keep-alive response: silent and
+  trickling connections are closed (408) instead of holding a descriptor for ever;
+- at most ``max_connections`` connections at once; past that a new one gets 503 and is closed;
+- ambiguous framing (``Transfer-Encoding`` with ``Content-Length``, obs-fold header lines)
+  is refused with 400 and the connection closed (RFC 9112, sections 6.3 and 5.2);
+- a WebSocket peer that does not read stops being read: pongs to its pings, like everything
+  else we send it, wait in a bounded write buffer, never in an unbounded one;
+- a WebSocket peer that misses a keepalive pong, or never answers our close, is aborted:
+  closing politely would wait for ever to flush a buffer it will not read.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import h11
+from uvicorn.config import Config
+from uvicorn.protocols.http.h11_impl import H11Protocol
+from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIOProtocol
+
+_OBS_FOLD = re.compile(rb"\r?\n[ \t]")
+_HEAD_END = re.compile(rb"\r?\n\r?\n")
+_H11_MAX_HEAD = 16 * 1024  # h11's own default bound on a request head
+
+
+@dataclass(frozen=True, slots=True)
+class TransportLimits:
+    """The bounds (``ServerConfig`` holds their defaults)."""
+
+    head_timeout: float
+    """Seconds a request head (a WebSocket handshake too) may take to arrive; and a Wyoming
+    event, from its first byte."""
+    max_connections: int
+    """Open connections at once, HTTP, WebSocket and Wyoming together."""
+    write_timeout: float
+    """Seconds a Wyoming peer may leave what we send it unread before it counts as gone
+    (a WebSocket peer has the keepalive ping for that)."""
+
+
+@dataclass(frozen=True, slots=True)
+class TransportPolicy:
+    limits: TransportLimits
+    dropped: Callable[[str], None]
+    """Told why a connection was dropped: ``connection_cap``, ``head_timeout``,
+    ``invalid_request`` (ambiguous framing or a malformed head, answered 400; a Wyoming line
+    that is not an event, or one over the size limit)."""
+    open_connections: Callable[[], int]
+    """How many are open now, on every listener: what the cap counts."""
+
+
+class _StrictConnection(h11.Connection):
+    """h11, but a request with ambiguous framing is a protocol error (a 400 from uvicorn)."""
+
+    def next_event(self) -> Any:
+        head = self.trailing_data[0] if self.their_state is h11.IDLE else b""
+        event = super().next_event()
+        if isinstance(event, h11.Request):
+            names = {name for name, _ in event.headers}
+            if b"transfer-encoding" in names and b"content-length" in names:
+                raise h11.RemoteProtocolError("Transfer-Encoding together with Content-Length")
+            end = _HEAD_END.search(head)
+            if _OBS_FOLD.search(head[: end.start() if end else len(head)]):
+                raise h11.RemoteProtocolError("obsolete line folding in a header")
+        return event
+
+
+class StrictH11Protocol(H11Protocol):
+    """uvicorn's HTTP/1.1 with a request-head deadline, a connection cap and strict framing."""
+
+    policy: ClassVar[TransportPolicy]
+    """Set by :func:`http_protocol`."""
+
+    def __init__(self, config: Config, *args: Any, **kwargs: Any) -> None:
+        super().__init__(config, *args, **kwargs)
+        size = config.h11_max_incomplete_event_size or _H11_MAX_HEAD
+        self.conn = _StrictConnection(h11.SERVER, size)
+        self._head_timer: asyncio.TimerHandle | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        super().connection_made(transport)  # type: ignore[arg-type]
+        if self.policy.open_connections() > self.policy.limits.max_connections:
+            self.policy.dropped("connection_cap")
+            self._answer_and_close(503, "Service Unavailable")
+            return
+        self._await_head()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._cancel_head_timer()
+        super().connection_lost(exc)
+
+    def data_received(self, data: bytes) -> None:
+        super().data_received(data)
+        if self.conn.their_state is not h11.IDLE:
+            self._cancel_head_timer()
+
+    def handle_websocket_upgrade(self, event: h11.Request) -> None:
+        self._cancel_head_timer()
+        super().handle_websocket_upgrade(event)
+
+    def send_400_response(self, msg: str) -> None:
+        self.policy.dropped("invalid_request")
+        self._cancel_head_timer()
+        super().send_400_response(msg)
+
+    def on_response_complete(self) -> None:
+        super().on_response_complete()
+        if not self.transport.is_closing():
+            self._await_head()  # the next request on this keep-alive connection
+
+    def _await_head(self) -> None:
+        self._cancel_head_timer()
+        self._head_timer = self.loop.call_later(self.policy.limits.head_timeout, self._head_timeout)
+
+    def _cancel_head_timer(self) -> None:
+        if self._head_timer is not None:
+            self._head_timer.cancel()
+            self._head_timer = None
+
+    def _head_timeout(self) -> None:
+        self._head_timer = None
+        if self.transport.is_closing() or self.conn.their_state is not h11.IDLE:
+            return
+        self.policy.dropped("head_timeout")
+        self._answer_and_close(408, "Request Timeout")
+
+    def _answer_and_close(self, status: int, reason: str) -> None:
+        self.transport.write(
+            f"HTTP/1.1 {status} {reason}\r\ncontent-length: 0\r\nconnection: close\r\n\r\n".encode()
+        )
+        self.transport.close()
+
+
+class BoundedWebSocketProtocol(WebSocketsSansIOProtocol):
+    """uvicorn's sans-I/O WebSocket, reading nothing while its write buffer is full, and
+    aborting peers that stop answering."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._write_paused = False
+
+    def pause_writing(self) -> None:
+        super().pause_writing()
+        self._write_paused = True
+        self.transport.pause_reading()
+
+    def resume_writing(self) -> None:
+        super().resume_writing()
+        self._write_paused = False
+        if not self.read_paused:
+            self.transport.resume_reading()
+
+    async def receive(self) -> Any:
+        message = await self.queue.get()
+        if self.read_paused and self.queue.empty():
+            self.read_paused = False
+            if not self._write_paused:
+                self.transport.resume_reading()
+        return message
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self.handshake_complete and self.conn.close_rcvd is None:
+            # No closing handshake from the peer: abnormal closure, whatever came before.
+            self.queue.put_nowait({"type": "websocket.disconnect", "code": 1006})
+        super().connection_lost(exc)
+
+    def keepalive_timeout(self) -> None:
+        super().keepalive_timeout()
+        self.transport.abort()
+
+    async def send(self, message: Any) -> None:
+        timer = self.close_timer
+        await super().send(message)
+        if self.close_timer is not None and self.close_timer is not timer:
+            # We sent a close: a peer that never answers it is aborted, not waited for.
+            self.close_timer.cancel()
+            self.close_timer = self.loop.call_later(self.close_timeout, self.transport.abort)
+
+
+def http_protocol(policy: TransportPolicy) -> type[StrictH11Protocol]:
+    """The HTTP protocol class for uvicorn's ``http=``, bound to ``policy``."""
+
+    class Bound(StrictH11Protocol):
+        pass
+
+    Bound.policy = policy
+    return Bound
