@@ -39,7 +39,7 @@ def parser() -> argparse.ArgumentParser:
     serve.add_argument(
         "--lanes",
         type=int,
-        help="inferences the piper engine runs side by side (default: one per core)",
+        help="inferences piper or kokoro runs side by side (default: one per core)",
     )
     serve.add_argument("--idle-flush-ms", type=int, default=DEFAULTS.session.idle_flush_ms)
     serve.add_argument("--max-sessions", type=int, default=DEFAULTS.max_sessions)

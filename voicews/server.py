@@ -40,10 +40,10 @@ class ServerConfig:
     engine: str = "piper"
     voice: str | None = None
     lanes: int = field(default_factory=lambda: len(os.sched_getaffinity(0)))
-    """Inferences run side by side by an engine that can (``piper``); one in agent mode, whose
-    language model is bound to one thread. One per core by default: on a CPU, inferences side
-    by side do more than one spread over all the cores, and one that runs alone still gets
-    them all."""
+    """Inferences run side by side by an engine that can (``piper``, ``kokoro``); one in agent
+    mode, whose language model is bound to one thread. One per core by default: on a CPU,
+    inferences side by side do more than one spread over all the cores, and one that runs
+    alone still gets them all."""
     socket_send_buffer: int = 128 * 1024
     """Kernel send buffer per socket. Small, so a slow reader's backlog stays in our bounded
     queue (where barge-in can drop it) rather than in seconds of unretractable kernel buffer."""

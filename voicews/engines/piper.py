@@ -8,26 +8,18 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import numpy as np
 
 from ..audio import Audio
 from ..cache import cache_dir, file_key, write_atomically
 from .base import SynthesisOptions, WordStarts
+from .ort import lane_session
 from .piper_words import WordPlacer, inference_chunks, phonemize
 
-if TYPE_CHECKING:
-    from onnxruntime import InferenceSession
-
 log = logging.getLogger(__name__)
-
-
-def _cores() -> int:
-    return len(os.sched_getaffinity(0))
 
 
 def bundled_voice() -> Path:
@@ -60,27 +52,11 @@ def with_durations(model: Path) -> Path:
     return patched
 
 
-def _session(model: Path) -> InferenceSession:
-    """An onnxruntime session whose inferences may each use all the cores. The worker's lanes
-    share it: alone, an inference gets every core; side by side, each runs mostly on its own
-    lane's thread, since the pool threads sleep when out of work instead of spinning (spinning
-    doubled the CPU per second of audio of two-thread inferences on a busy 2-core machine, for
-    no gain in speed)."""
-    import onnxruntime
-
-    options = onnxruntime.SessionOptions()
-    options.intra_op_num_threads = _cores()
-    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
-    return onnxruntime.InferenceSession(
-        str(model), sess_options=options, providers=["CPUExecutionProvider"]
-    )
-
-
 class PiperEngine:
     """One Piper voice; ``voice`` is a ``.onnx`` path with its ``.onnx.json`` beside it."""
 
     name = "piper"
-    concurrent = True  # onnxruntime sessions run concurrently; espeak-ng is locked
+    concurrent = True  # one onnxruntime session runs the lanes' inferences; espeak-ng is locked
 
     def __init__(self, voice: str | Path | None = None) -> None:
         from piper import PiperVoice, SynthesisConfig
@@ -91,7 +67,7 @@ class PiperEngine:
         if not model.is_file() or not config_path.is_file():
             raise FileNotFoundError(f"Piper voice needs {model} and {config_path}")
         config = PiperConfig.from_dict(json.loads(config_path.read_text(encoding="utf-8")))
-        self._voice = PiperVoice(session=_session(with_durations(model)), config=config)
+        self._voice = PiperVoice(session=lane_session(with_durations(model)), config=config)
         self._words = WordPlacer(self._voice)
         self._config_type = SynthesisConfig
         self._length_scale = config.length_scale

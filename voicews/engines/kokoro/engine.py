@@ -11,7 +11,6 @@ audio.
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -20,6 +19,7 @@ import numpy as np
 from ...audio import Audio
 from ...cache import cache_dir, write_atomically
 from ..base import SynthesisOptions, WordStarts
+from ..ort import lane_session
 from .assets import (
     DEFAULT_VOICE,
     SAMPLE_RATE,
@@ -55,28 +55,19 @@ def with_durations(model: Path) -> Path:
 
 class KokoroEngine:
     """Kokoro with every shipped voice loaded (a few hundred KB each); ``voice`` is the one
-    used when a request names none. ``lanes``: threads calling ``synthesize`` at once, each
-    inference then gets its share of the cores."""
+    used when a request names none. The worker's lanes share its one onnxruntime session
+    (``voicews.engines.ort.lane_session``)."""
 
     name = "kokoro"
-    concurrent = True  # onnxruntime sessions run concurrently; espeak-ng is locked
+    concurrent = True  # one onnxruntime session runs the lanes' inferences; espeak-ng is locked
     sample_rate = SAMPLE_RATE
 
-    def __init__(self, voice: str | None = None, lanes: int = 1) -> None:
-        import onnxruntime
-
+    def __init__(self, voice: str | None = None) -> None:
         self.voice = voice or DEFAULT_VOICE
         self._packs = {name: load_voice(name) for name in voices()}
         if self.voice not in self._packs:
             load_voice(self.voice)  # raises, naming the voices there are
-        options = onnxruntime.SessionOptions()
-        if lanes > 1:
-            options.intra_op_num_threads = max(1, len(os.sched_getaffinity(0)) // lanes)
-        self._session = onnxruntime.InferenceSession(
-            str(with_durations(model_path())),
-            sess_options=options,
-            providers=["CPUExecutionProvider"],
-        )
+        self._session = lane_session(with_durations(model_path()))
 
     def synthesize(self, text: str, options: SynthesisOptions) -> Iterator[Audio | WordStarts]:
         voice = options.voice or self.voice
