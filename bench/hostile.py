@@ -315,6 +315,33 @@ async def barge_in_storm(url: str, seconds: float = 5.0, turns_per_s: float = 60
     return turns
 
 
+async def wyoming_storm(
+    host: str, port: int, seconds: float = 5.0, turns_per_s: float = 60.0
+) -> int:
+    """The barge-in storm over Wyoming: a ``synthesize`` faster than anyone could listen, each
+    cutting the last (issue 10.4 on ``--wyoming-uri``); its audio read as it comes."""
+    from wyoming.client import AsyncTcpClient
+    from wyoming.tts import Synthesize
+
+    async with AsyncTcpClient(host, port) as client:
+
+        async def drain() -> None:
+            with contextlib.suppress(Exception):
+                while await client.read_event() is not None:
+                    pass
+
+        reading = asyncio.ensure_future(drain())
+        turns, deadline = 0, time.monotonic() + seconds
+        try:
+            while time.monotonic() < deadline:
+                turns += 1
+                await client.write_event(Synthesize("Hello there, this is another turn.").event())
+                await asyncio.sleep(1 / turns_per_s)
+        finally:
+            reading.cancel()
+    return turns
+
+
 async def _drain(client: RealtimeClient) -> None:
     with contextlib.suppress(Exception):
         while True:

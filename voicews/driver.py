@@ -2,7 +2,8 @@
 
 Shared by the WebSocket endpoint and the streaming HTTP endpoint, so both go through the
 same segmenter, stitcher and compute worker. The session's synthesis is charged to its worker
-account: its own, or (one-shot requests) one the requests share.
+account: its own (a WebSocket session, a Wyoming connection: a live listener), or (one-shot
+HTTP requests) one the requests share.
 """
 
 from __future__ import annotations

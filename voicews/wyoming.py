@@ -383,6 +383,7 @@ class WyomingConnection(AsyncEventHandler):
             session = self._app.open_session(
                 replace(config, max_pending_text_chars=config.max_turn_text_chars)
             )
+            # Its own worker account, as a WebSocket session's: it has a live listener.
             self._driver = SessionDriver(session, self._app.worker, self._app.metrics.observe)
             self._app.connections[session.id] = self
             session.start(self._driver.now())
