@@ -1,14 +1,62 @@
-"""The onnxruntime session the Piper and Kokoro engines share among the worker's lanes."""
+"""The onnxruntime sessions the Piper and Kokoro engines run the worker's lanes' inferences on."""
 
 from __future__ import annotations
 
 import os
+import threading
 
-from voicews.engines.ort import lane_session
-from voicews.engines.piper import bundled_voice
+import numpy as np
+import onnx
+
+from voicews.engines.ort import SHARED_BYTES, LaneSessions, external_weights
+from voicews.engines.piper import bundled_voice, with_durations
+
+FEEDS = {
+    "input": np.array([[1, 20, 30, 40, 50, 60, 70, 80, 90, 2]], dtype=np.int64),
+    "input_lengths": np.array([10], dtype=np.int64),
+    "scales": np.array([0.0, 1.0, 0.0], dtype=np.float32),  # no noise: the same audio each time
+}
 
 
-def test_a_lane_session_may_use_every_core_and_its_pool_threads_sleep() -> None:
-    options = lane_session(bundled_voice()).get_session_options()
-    assert options.intra_op_num_threads == len(os.sched_getaffinity(0))
-    assert options.get_session_config_entry("session.intra_op.allow_spinning") == "0"
+def test_the_weights_move_to_one_file_the_sessions_share() -> None:
+    model = external_weights(with_durations(bundled_voice()))
+    graph = onnx.load(str(model), load_external_data=False)
+    external = [t for t in graph.graph.initializer if t.data_location == onnx.TensorProto.EXTERNAL]
+    assert sum(int(e.value) for t in external for e in t.external_data if e.key == "length") > (
+        50 << 20
+    )
+    assert all(len(t.raw_data) < SHARED_BYTES for t in graph.graph.initializer)
+    assert external_weights(with_durations(bundled_voice())) == model  # made once
+
+
+def test_a_lone_inference_may_use_every_core_and_side_by_side_ones_one_each() -> None:
+    sessions = LaneSessions(with_durations(bundled_voice()), narrow=2)
+    wide = sessions._wide.get_session_options()
+    assert wide.intra_op_num_threads == len(os.sched_getaffinity(0))
+    for session in [sessions._wide, *sessions._idle]:
+        options = session.get_session_options()
+        assert options.get_session_config_entry("session.intra_op.allow_spinning") == "0"
+        assert options.get_session_config_entry("session.use_env_allocators") == "1"
+    assert [s.get_session_options().intra_op_num_threads for s in sessions._idle] == [1, 1]
+
+
+def test_inferences_side_by_side_give_what_one_alone_gives() -> None:
+    sessions = LaneSessions(with_durations(bundled_voice()), narrow=1)
+    alone = sessions.run(None, FEEDS)[0]
+    results: list[np.ndarray] = []
+    start = threading.Barrier(4)
+
+    def lane() -> None:
+        start.wait()
+        for _ in range(3):
+            results.append(sessions.run(None, FEEDS)[0])
+
+    threads = [threading.Thread(target=lane) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(results) == 12
+    for audio in results:
+        np.testing.assert_allclose(audio, alone, atol=1e-4)
+    assert sessions._running == 0

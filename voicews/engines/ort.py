@@ -1,26 +1,142 @@
-"""The onnxruntime session the CPU engines (Piper, Kokoro) share among the worker's lanes."""
+"""The onnxruntime sessions the CPU engines (Piper, Kokoro) run their lanes' inferences on."""
 
 from __future__ import annotations
 
 import os
+import threading
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from ..cache import cache_dir, file_key, write_atomically
 
 if TYPE_CHECKING:
-    from onnxruntime import InferenceSession
+    from onnxruntime import InferenceSession, OrtValue
+
+SHARED_BYTES = 1 << 16
+"""Initializers this large are shared among the sessions; smaller ones each session keeps (an
+overridden layer-norm weight broke onnxruntime 1.32's graph optimizer)."""
+
+ALIGN = 4096
 
 
-def lane_session(model: Path) -> InferenceSession:
-    """An onnxruntime session whose inferences may each use all the cores. The worker's lanes
-    share it: alone, an inference gets every core; side by side, each runs mostly on its own
-    lane's thread, since the pool threads sleep when out of work instead of spinning (spinning
-    doubled the CPU per second of audio of two-thread inferences on a busy 2-core machine, for
-    no gain in speed)."""
+def external_weights(model: Path) -> Path:
+    """The model with its large initializers moved to a ``.weights`` file beside it, made once
+    into the cache: the sessions then map one copy of the weights instead of parsing their own."""
+    out = cache_dir() / "ort-weights" / f"{model.stem}-{file_key(model)}.onnx"
+    if out.is_file() and out.with_suffix(".weights").is_file():
+        return out
+    import onnx
+
+    graph = onnx.load(str(model))
+    blob = bytearray()
+    for tensor in graph.graph.initializer:
+        if len(tensor.raw_data) < SHARED_BYTES:
+            continue
+        blob += bytes(-len(blob) % ALIGN)
+        offset = len(blob)
+        blob += tensor.raw_data
+        tensor.ClearField("raw_data")
+        tensor.data_location = onnx.TensorProto.EXTERNAL
+        for key, value in (
+            ("location", out.with_suffix(".weights").name),
+            ("offset", str(offset)),
+            ("length", str(len(blob) - offset)),
+        ):
+            tensor.external_data.add(key=key, value=value)
+    write_atomically(out.with_suffix(".weights"), bytes(blob))
+    write_atomically(out, graph.SerializeToString())
+    return out
+
+
+def _shared_initializers(model: Path) -> dict[str, OrtValue]:
+    """The external initializers of ``model`` as values over one read-only mapping of its
+    weights file (shared with any other process mapping it)."""
+    import onnx
     import onnxruntime
 
-    options = onnxruntime.SessionOptions()
-    options.intra_op_num_threads = len(os.sched_getaffinity(0))
-    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
-    return onnxruntime.InferenceSession(
-        str(model), sess_options=options, providers=["CPUExecutionProvider"]
-    )
+    graph = onnx.load(str(model), load_external_data=False)
+    weights = np.memmap(model.with_suffix(".weights"), dtype=np.uint8, mode="r")
+    values = {}
+    for tensor in graph.graph.initializer:
+        if tensor.data_location != onnx.TensorProto.EXTERNAL:
+            continue
+        where = {entry.key: entry.value for entry in tensor.external_data}
+        start = int(where["offset"])
+        raw = weights[start : start + int(where["length"])]
+        array = raw.view(onnx.helper.tensor_dtype_to_np_dtype(tensor.data_type))
+        values[tensor.name] = onnxruntime.OrtValue.ortvalue_from_numpy(array.reshape(tensor.dims))
+    return values
+
+
+class LaneSessions:
+    """onnxruntime sessions of one model that share its weights and one memory arena: a wide one
+    that uses every core, for an inference that runs alone, and a single-threaded one per
+    inference side by side (inferences side by side on one session's threads contend: 15-20%
+    more time and CPU than on single-threaded sessions). ``run`` is ``InferenceSession.run``'s."""
+
+    def __init__(self, model: Path, narrow: int | None = None) -> None:
+        cores = len(os.sched_getaffinity(0))
+        _register_arena()
+        self._model = external_weights(model)
+        self._initializers = _shared_initializers(self._model)
+        self._lock = threading.Lock()
+        self._running = 0
+        self._wide = self._session(cores)
+        self._idle = [self._session(1) for _ in range(cores if narrow is None else narrow)]
+
+    def _session(self, threads: int) -> InferenceSession:
+        import onnxruntime
+
+        options = onnxruntime.SessionOptions()
+        options.intra_op_num_threads = threads
+        # Pool threads sleep when out of work: spinning doubled the CPU per second of audio of
+        # two-thread inferences on a busy 2-core machine, for no gain in speed.
+        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        options.add_session_config_entry("session.use_env_allocators", "1")
+        for name, value in self._initializers.items():
+            options.add_initializer(name, value)
+        return onnxruntime.InferenceSession(
+            str(self._model), sess_options=options, providers=["CPUExecutionProvider"]
+        )
+
+    def run(self, output_names: list[str] | None, feeds: dict[str, Any]) -> list[Any]:
+        with self._lock:
+            alone = self._running == 0
+            self._running += 1
+            session = self._wide if alone else (self._idle.pop() if self._idle else None)
+        try:
+            if session is None:  # more inferences at once than sessions made: one more
+                session = self._session(1)
+            outputs: list[Any] = session.run(output_names, feeds)
+            return outputs
+        finally:
+            with self._lock:
+                self._running -= 1
+                if session is not None and session is not self._wide:
+                    self._idle.append(session)
+
+
+_arena_lock = threading.Lock()
+_arena = False
+
+
+def _register_arena() -> None:
+    """One CPU memory arena for every session in the process, registered once: a session's own
+    arena keeps the peak of its largest inference (80-160 MB for Piper)."""
+    global _arena
+    import onnxruntime
+
+    with _arena_lock:
+        if not _arena:
+            onnxruntime.create_and_register_allocator(
+                onnxruntime.OrtMemoryInfo(
+                    "Cpu",
+                    onnxruntime.OrtAllocatorType.ORT_ARENA_ALLOCATOR,
+                    0,
+                    onnxruntime.OrtMemType.DEFAULT,
+                ),
+                None,
+            )
+            _arena = True

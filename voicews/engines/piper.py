@@ -16,7 +16,7 @@ import numpy as np
 from ..audio import Audio
 from ..cache import cache_dir, file_key, write_atomically
 from .base import SynthesisOptions, WordStarts
-from .ort import lane_session
+from .ort import LaneSessions
 from .piper_words import WordPlacer, inference_chunks, phonemize
 
 log = logging.getLogger(__name__)
@@ -56,7 +56,7 @@ class PiperEngine:
     """One Piper voice; ``voice`` is a ``.onnx`` path with its ``.onnx.json`` beside it."""
 
     name = "piper"
-    concurrent = True  # one onnxruntime session runs the lanes' inferences; espeak-ng is locked
+    concurrent = True  # onnxruntime sessions run the lanes' inferences; espeak-ng is locked
 
     def __init__(self, voice: str | Path | None = None) -> None:
         from piper import PiperVoice, SynthesisConfig
@@ -67,7 +67,7 @@ class PiperEngine:
         if not model.is_file() or not config_path.is_file():
             raise FileNotFoundError(f"Piper voice needs {model} and {config_path}")
         config = PiperConfig.from_dict(json.loads(config_path.read_text(encoding="utf-8")))
-        self._voice = PiperVoice(session=lane_session(with_durations(model)), config=config)
+        self._voice = PiperVoice(session=LaneSessions(with_durations(model)), config=config)
         self._words = WordPlacer(self._voice)
         self._config_type = SynthesisConfig
         self._length_scale = config.length_scale
