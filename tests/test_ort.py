@@ -8,7 +8,7 @@ import threading
 import numpy as np
 import onnx
 
-from voicews.engines.ort import SHARED_BYTES, LaneSessions, external_weights
+from voicews.engines.ort import SHARED_BYTES, LaneSessions, external_weights, lane_session
 from voicews.engines.piper import bundled_voice, with_durations
 
 FEEDS = {
@@ -60,3 +60,9 @@ def test_inferences_side_by_side_give_what_one_alone_gives() -> None:
     for audio in results:
         np.testing.assert_allclose(audio, alone, atol=1e-4)
     assert sessions._running == 0
+
+
+def test_kokoros_shared_session_may_use_every_core_and_its_pool_threads_sleep() -> None:
+    options = lane_session(bundled_voice()).get_session_options()
+    assert options.intra_op_num_threads == len(os.sched_getaffinity(0))
+    assert options.get_session_config_entry("session.intra_op.allow_spinning") == "0"

@@ -1,4 +1,4 @@
-"""The onnxruntime sessions the CPU engines (Piper, Kokoro) run their lanes' inferences on."""
+"""The onnxruntime sessions the CPU engines (Piper, Kokoro) run the lanes' inferences on."""
 
 from __future__ import annotations
 
@@ -68,6 +68,21 @@ def _shared_initializers(model: Path) -> dict[str, OrtValue]:
         array = raw.view(onnx.helper.tensor_dtype_to_np_dtype(tensor.data_type))
         values[tensor.name] = onnxruntime.OrtValue.ortvalue_from_numpy(array.reshape(tensor.dims))
     return values
+
+
+def lane_session(model: Path) -> InferenceSession:
+    """One onnxruntime session whose inferences may each use all the cores, for Kokoro (its int8
+    weights are prepacked per session: ``LaneSessions`` cost it 330 against 191 MB). The
+    worker's lanes share it: alone, an inference gets every core; side by side, each runs mostly
+    on its own lane's thread, since the pool threads sleep when out of work (see below)."""
+    import onnxruntime
+
+    options = onnxruntime.SessionOptions()
+    options.intra_op_num_threads = len(os.sched_getaffinity(0))
+    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    return onnxruntime.InferenceSession(
+        str(model), sess_options=options, providers=["CPUExecutionProvider"]
+    )
 
 
 class LaneSessions:

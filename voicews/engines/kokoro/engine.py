@@ -19,7 +19,7 @@ import numpy as np
 from ...audio import Audio
 from ...cache import cache_dir, write_atomically
 from ..base import SynthesisOptions, WordStarts
-from ..ort import LaneSessions
+from ..ort import lane_session
 from .assets import (
     DEFAULT_VOICE,
     SAMPLE_RATE,
@@ -55,11 +55,11 @@ def with_durations(model: Path) -> Path:
 
 class KokoroEngine:
     """Kokoro with every shipped voice loaded (a few hundred KB each); ``voice`` is the one
-    used when a request names none. The worker's lanes run its inferences on
-    ``voicews.engines.ort.LaneSessions``."""
+    used when a request names none. The worker's lanes share its one onnxruntime session
+    (``voicews.engines.ort.lane_session``)."""
 
     name = "kokoro"
-    concurrent = True  # onnxruntime sessions run the lanes' inferences; espeak-ng is locked
+    concurrent = True  # one onnxruntime session runs the lanes' inferences; espeak-ng is locked
     sample_rate = SAMPLE_RATE
 
     def __init__(self, voice: str | None = None) -> None:
@@ -67,7 +67,7 @@ class KokoroEngine:
         self._packs = {name: load_voice(name) for name in voices()}
         if self.voice not in self._packs:
             load_voice(self.voice)  # raises, naming the voices there are
-        self._session = LaneSessions(with_durations(model_path()))
+        self._session = lane_session(with_durations(model_path()))
 
     def synthesize(self, text: str, options: SynthesisOptions) -> Iterator[Audio | WordStarts]:
         voice = options.voice or self.voice
