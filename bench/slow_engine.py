@@ -11,7 +11,7 @@ character for every engine, 5 ms at first, rising at once with what the session 
 ``cost-aware`` (``voicews.pacing``: the engine's cost fitted fixed plus per character, from
 the engine's prior: Piper's at 1x, Kokoro's at 10x and more; cuts that fit the audio in hand).
 
-    python bench/slow_engine.py                  # 1x and 10x, N = 1, 2, 4, a few seconds
+    python bench/slow_engine.py                  # 1x and 10x, N = 1, 2, 4: seconds
     python bench/slow_engine.py --scales 1,10,20 --ns 1,2,3,4 --turns 5
 """
 
@@ -121,11 +121,9 @@ def row(scale: float, n: int, pacing: str, turns: Sequence[Turn]) -> list[str]:
     stalled_ms = sum(t.playback.underrun_ms for t in turns)
     longest = max((t.playback.longest_stall_ms for t in turns), default=0.0)
     segments = statistics.mean(len(t.segments) for t in turns)
-    audio = sum(t.audio_s for t in turns)
     return [
         f"{scale:g}x", str(n), pacing, fmt(percentile(ttfa, 50)), fmt(percentile(ttfa, 95)),
         str(stalls), fmt(stalled_ms / len(turns)), fmt(longest), f"{segments:.1f}",
-        f"{audio / len(turns):.1f}",
     ]  # fmt: skip
 
 
@@ -136,21 +134,25 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--ns", type=int_list, default=[1, 2, 4])
     parser.add_argument("--turns", type=int, default=3)
     parser.add_argument("--rate", type=float, default=20.0)
-    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--seeds", type=int, default=10, help="runs pooled, seeds 1..N")
     args = parser.parse_args(argv)
     rows = []
     for scale in args.scales:
         engine = EngineModel(scale, PRIORS["piper"] if scale < 5 else PRIORS["kokoro"])
         for n in args.ns:
             for name, pacing in PACINGS.items():
-                turns = conversations(engine, pacing, n, args.turns, args.rate, args.seed)
+                turns = [
+                    turn
+                    for seed in range(1, args.seeds + 1)
+                    for turn in conversations(engine, pacing, n, args.turns, args.rate, seed)
+                ]
                 rows.append(row(scale, n, name, turns))
     print(
         f"simulated: Piper's cost x scale on 2 cores, {args.rate:g} tokens/s, {args.turns} turns"
-        f" per conversation, staggered; no jitter buffer; {RATE} Hz"
+        f" per conversation, staggered, {args.seeds} runs pooled; no jitter buffer; {RATE} Hz"
     )
     header = ["engine", "N", "pacing", "fa p50 ms", "fa p95 ms", "stalls", "stall ms/turn",
-              "longest ms", "segments/turn", "audio s/turn"]  # fmt: skip
+              "longest ms", "segments/turn"]  # fmt: skip
     print(render(header, rows, left=3))
 
 

@@ -44,15 +44,18 @@ DEFAULT_PRIOR = PRIORS["piper"]
 
 WINDOW = 32
 """Samples the fit is taken over: the recent ones, as the machine's load drifts."""
-_PRIOR_WEIGHT = 0.5  # each of the prior's two pseudo-samples, against 1 for a measured one
-_PRIOR_AT = (0, 100)  # characters where the prior's pseudo-samples stand
-_OUTLIER = 3.0  # residuals past this many median residuals are left out of the second fit
-_FLOOR = 0.005  # seconds: residuals below this are never outliers
+_QUANTILE = 0.75
+"""The fixed part is this quantile of what the slope leaves: a first audio comes within the
+estimate three times in four (a segment sharing the CPU with another takes longer)."""
+_SPREAD = 10
+"""Characters between the shortest and longest sample before they say anything of the cost
+per character (until then it is the prior's, and the samples set the fixed part)."""
 
 
 class CostModel:
-    """A line through the recent ``(chars, seconds)`` samples and the prior, by least squares;
-    then again without the samples far off the first line (a job that shared a busy CPU)."""
+    """Theil-Sen's line through the recent ``(chars, seconds)`` samples: the median of the
+    slopes between pairs, then the median of what is left for the fixed part, so a sample
+    slowed by a busy machine moves neither (up to about three in ten can be off)."""
 
     def __init__(self, prior: Cost = DEFAULT_PRIOR) -> None:
         self.prior = prior
@@ -61,26 +64,13 @@ class CostModel:
 
     def observe(self, chars: int, seconds: float) -> None:
         self._samples.append((chars, seconds))
-        samples = list(self._samples)
-        first = _fit(samples, self.prior)
-        residuals = [abs(s - first.latency(c)) for c, s in samples]
-        bound = max(_OUTLIER * statistics.median(residuals), _FLOOR)
-        kept = [sample for sample, r in zip(samples, residuals, strict=True) if r <= bound]
-        self.estimate = _fit(kept, self.prior)
-
-
-def _fit(samples: list[tuple[int, float]], prior: Cost) -> Cost:
-    """Weighted least squares of seconds on characters, fixed and per-character part >= 0."""
-    points = [(float(c), s, 1.0) for c, s in samples]
-    points += [(float(c), prior.latency(c), _PRIOR_WEIGHT) for c in _PRIOR_AT]
-    w = sum(p[2] for p in points)
-    mx = sum(x * wt for x, _, wt in points) / w
-    my = sum(y * wt for _, y, wt in points) / w
-    sxx = sum(wt * (x - mx) ** 2 for x, _, wt in points)
-    sxy = sum(wt * (x - mx) * (y - my) for x, y, wt in points)
-    slope = max(0.0, sxy / sxx)  # the prior's two points keep sxx > 0
-    fixed = my - slope * mx
-    if fixed < 0:  # through the origin instead
-        fixed = 0.0
-        slope = sum(wt * x * y for x, y, wt in points) / sum(wt * x * x for x, _, wt in points)
-    return Cost(fixed, slope)
+        samples = self._samples
+        slope = self.prior.per_char
+        if max(c for c, _ in samples) - min(c for c, _ in samples) >= _SPREAD:
+            slopes = [
+                (s2 - s1) / (c2 - c1) for c1, s1 in samples for c2, s2 in samples if c2 > c1
+            ]
+            slope = max(0.0, statistics.median(slopes))
+        rest = sorted(s - slope * c for c, s in samples)
+        fixed = max(0.0, rest[int(_QUANTILE * (len(rest) - 1) + 0.5)])
+        self.estimate = Cost(fixed, slope)

@@ -59,7 +59,7 @@ class Pacing:
 
     def latency(self, chars: int) -> float:
         """Seconds from asking for a segment of ``chars`` to its first audio, expected."""
-        return self._cost.latency(chars) + max(self._wait, self._late)
+        return self._cost.latency(chars) + self._wait + self._late
 
     def first_chars(self, speed: float) -> int:
         """The least text a turn's first segment should hold: as much as is heard while the
@@ -100,8 +100,8 @@ class Pacing:
         ``a + b * c`` of latency, so it gains ground on the listener only past
         ``a / (r - b)`` characters.
         """
-        margin = self._margin if urgency is Urgency.URGENT else self._margin / 3
-        wait = max(self._wait, self._late)
+        margin = self._margin
+        wait = self._wait + self._late
         most = self._cost.chars_within(ahead + _SLACK - margin - wait)
         gain = self._audio_per_char - self._cost.per_char
         least = math.ceil((self._cost.fixed + wait) / gain) if gain > 0 else self._max_chars

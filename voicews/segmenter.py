@@ -152,7 +152,9 @@ class Segmenter:
             least = 0 if self._closed else min(first_chars, cap)  # closed: all there will be
             for cut in cuts:
                 first = cut.boundary >= Boundary.CLAUSE or cut.words >= self.config.first_words
-                if first and cut.chars >= least:
+                # Never past a sentence end: the engine stops there anyway, and a word cut
+                # beyond it ("fit. The") is heard.
+                if first and (cut.chars >= least or cut.boundary is Boundary.SENTENCE):
                     return self._take(cut) if cut.chars <= cap else self._oversize(cuts)
             if len(self._buf.strip()) <= cap:
                 return None
