@@ -71,7 +71,7 @@ class TodayPacing:
             return Urgency.URGENT
         return Urgency.RELAXED
 
-    def fit(self, ahead: float, urgency: Urgency) -> Fit | None:
+    def fit(self, ahead: float) -> Fit | None:
         return None
 
 

@@ -54,8 +54,8 @@ per character (until then it is the prior's, and the samples set the fixed part)
 
 class CostModel:
     """Theil-Sen's line through the recent ``(chars, seconds)`` samples: the median of the
-    slopes between pairs, then the median of what is left for the fixed part, so a sample
-    slowed by a busy machine moves neither (up to about three in ten can be off)."""
+    slopes between pairs, then an upper quantile of what is left for the fixed part, so
+    samples slowed by something else on the machine move neither (while under a quarter)."""
 
     def __init__(self, prior: Cost = DEFAULT_PRIOR) -> None:
         self.prior = prior
@@ -67,9 +67,7 @@ class CostModel:
         samples = self._samples
         slope = self.prior.per_char
         if max(c for c, _ in samples) - min(c for c, _ in samples) >= _SPREAD:
-            slopes = [
-                (s2 - s1) / (c2 - c1) for c1, s1 in samples for c2, s2 in samples if c2 > c1
-            ]
+            slopes = [(s2 - s1) / (c2 - c1) for c1, s1 in samples for c2, s2 in samples if c2 > c1]
             slope = max(0.0, statistics.median(slopes))
         rest = sorted(s - slope * c for c, s in samples)
         fixed = max(0.0, rest[int(_QUANTILE * (len(rest) - 1) + 0.5)])

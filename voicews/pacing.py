@@ -58,7 +58,9 @@ class Pacing:
         return self._cost.per_char >= self._audio_per_char
 
     def latency(self, chars: int) -> float:
-        """Seconds from asking for a segment of ``chars`` to its first audio, expected."""
+        """Seconds from asking for a segment of ``chars`` to its first audio, expected: the
+        session's own lateness counts the worker's queue a second time, which stalled fewer
+        listeners in the simulation than counting it once (the larger of the two)."""
         return self._cost.latency(chars) + self._wait + self._late
 
     def first_chars(self, speed: float) -> int:
@@ -92,17 +94,18 @@ class Pacing:
             return Urgency.URGENT
         return Urgency.RELAXED
 
-    def fit(self, ahead: float, urgency: Urgency) -> Fit:
-        """How long a cut at ``urgency`` may be with ``ahead`` seconds left, and how short.
+    def fit(self, ahead: float) -> Fit:
+        """How long the next cut may be with ``ahead`` seconds left, and how short.
 
-        The most: synthesized within the audio left, less the margin (a third of it once
-        critical). The least: a piece of ``c`` characters gives ``r * c`` seconds of audio for
-        ``a + b * c`` of latency, so it gains ground on the listener only past
-        ``a / (r - b)`` characters.
+        The most: synthesized within the audio left, less the whole margin, even once
+        critical (cuts fitted to a third of it stalled more listeners in the simulation,
+        ``bench/simulate.py``'s staggered conversations, than the shorter cuts this makes).
+        The least: a piece of ``c`` characters gives ``r * c`` seconds of audio for
+        ``a + b * c`` of latency (the queue wait counted with ``a``), so it gains ground on
+        the listener only past ``a / (r - b)`` characters.
         """
-        margin = self._margin
         wait = self._wait + self._late
-        most = self._cost.chars_within(ahead + _SLACK - margin - wait)
+        most = self._cost.chars_within(ahead + _SLACK - self._margin - wait)
         gain = self._audio_per_char - self._cost.per_char
         least = math.ceil((self._cost.fixed + wait) / gain) if gain > 0 else self._max_chars
         return Fit(most=max(most, 0), least=least)
