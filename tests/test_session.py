@@ -342,6 +342,23 @@ def test_word_cuts_wait_until_the_listener_is_nearly_dry() -> None:
     assert [r.text for r in subs] == ["I can"]
 
 
+def test_with_all_the_text_in_a_sentence_too_long_to_fit_is_cut_once_critical() -> None:
+    """Urgent, and no clause of the last sentence fits: the cut waits for the critical time,
+    for which a timer is set though no more text can come."""
+    s = make(stall_guard_ms=300, idle_flush_ms=10_000)
+    s.load(0.0, COST)
+    s.handle(TurnReset(turn_id="t1"), 0.0)
+    s.handle(TextDelta(text="Sure, I can help with that and more today."), 0.0)
+    s.handle(EndText(), 0.0)
+    synthesize(s, one(s), 0.5, 0.1)
+    drain(s, 0.1)  # audio until about t = 0.59; the rest would take 0.28 s
+    assert s.take_submissions() == []
+    wake = s.wakeup_at(0.1)
+    assert wake is not None and abs(wake - (0.592 - COST.latency(36) - 0.1)) < 0.001
+    s.tick(wake)
+    assert one(s).text == "I can"  # nothing fits with the whole margin: the shortest piece
+
+
 def test_rate_limit_refuses_messages_over_the_rate() -> None:
     s = make(max_messages_per_second=10)
     admitted = [s.admit(0.0) for _ in range(12)]

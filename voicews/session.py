@@ -361,15 +361,15 @@ class Session:
                 return None
             return self._last_activity + self.config.idle_timeout_s
         limit = turn.started + self.config.max_turn_seconds
-        # Time alone cuts no segment while one is out, all the text is in, the outbox is
-        # full, or there is no text: only the duration limit can come.
-        if turn.in_flight or turn.state is TurnState.CLOSED or self.outbox.full:
+        # Time alone cuts no segment while one is out, the outbox is full, or there is no
+        # text: only the duration limit can come.
+        if turn.in_flight or self.outbox.full or not turn.segmenter.has_text:
             return limit
-        if not turn.segmenter.has_text:
-            return limit
-        flush = turn.last_delta + self.config.idle_flush_ms / 1000
         cuts = self._pacing.cut_times(turn.listener.end, turn.segmenter.pending_chars)
-        return min([limit, flush, *(t for t in cuts if t > now)])
+        times = [limit, *(t for t in cuts if t > now)]
+        if turn.state is not TurnState.CLOSED:  # all the text in: nothing to flush
+            times.append(turn.last_delta + self.config.idle_flush_ms / 1000)
+        return min(times)  # with all the text in, a sentence too long to fit waits for one
 
     @property
     def pending_audio_s(self) -> float:
