@@ -49,6 +49,7 @@ from harness import (
 
 from voicews import worker as planning
 from voicews.client import word_pieces
+from voicews.cost import PRIORS, Cost, CostModel
 from voicews.outbox import Outgoing
 from voicews.protocol import AudioFrame, EndText, TextDelta, TurnDone, TurnReset
 from voicews.session import Session, SessionConfig, SynthesisRequest
@@ -67,6 +68,18 @@ class Machine:
     cores: int = 2
     wide_factor: float = 0.6
     shared_factor: float = 1.15
+
+
+@dataclass(frozen=True)
+class EngineModel:
+    """The engine's cost: Piper's model above times ``scale`` (fixed and per audio second
+    alike), and the prior the server starts its cost model from."""
+
+    scale: float = 1.0
+    prior: Cost = PRIORS["piper"]
+
+    def seconds(self, audio_s: float) -> float:
+        return self.scale * (COST_FIXED + COST_PER_AUDIO_SECOND * audio_s)
 
 
 @dataclass(frozen=True)
@@ -112,7 +125,9 @@ class SimJob:
     job_id: int
     sentences: list[str]
     seq: int
+    chars: int
     started: bool = False
+    sounded: bool = False
 
 
 @dataclass(eq=False)
@@ -130,8 +145,20 @@ class SimSession:
 
 
 class Simulation:
-    def __init__(self, policy: Policy, machine: Machine, jitter_s: float) -> None:
+    def __init__(
+        self,
+        policy: Policy,
+        machine: Machine,
+        jitter_s: float,
+        engine: EngineModel | None = None,
+        pacing: Callable[[SessionConfig], object] | None = None,
+    ) -> None:
+        """``pacing``: makes each session's pacing in place of its own (an A/B)."""
         self.policy, self.machine, self.jitter_s = policy, machine, jitter_s
+        self.engine = engine or EngineModel()
+        self.costs = CostModel(self.engine.prior)
+        """The engine's cost as ``ComputeWorker`` fits it."""
+        self.pacing = pacing
         self.now = 0.0
         self._events: list[tuple[float, int, Callable[[], None]]] = []
         self._seq = itertools.count()
@@ -180,13 +207,15 @@ class Simulation:
             )
             job._submitted = self.now
             sentences = [s for s in _SENTENCES.split(request.text) if s.strip()]
-            sim = SimJob(job, conv, request.job_id, sentences, next(self._seq))
+            sim = SimJob(job, conv, request.job_id, sentences, next(self._seq), len(request.text))
             conv.jobs[request.job_id] = sim
+            if conv.turn is not None:
+                conv.turn.segments.append(request.text)
             self.queue.append(sim)
         for job_id in session.take_cancellations():
             if (cancelled := conv.jobs.pop(job_id, None)) is not None:
                 cancelled.job.cancelled = True
-        session.crowded(self.wait)
+        session.load(self.wait, self.costs.estimate)
         if conv.timer is not None:
             self._cancelled.add(conv.timer[1])
             conv.timer = None
@@ -259,7 +288,7 @@ class Simulation:
     def step(self, sim: SimJob, threads: int, factor: float) -> None:
         sentence = sim.sentences.pop(0)
         audio_s = SECONDS_PER_CHAR * len(sentence) + SECONDS_PER_SENTENCE
-        seconds = (COST_FIXED + COST_PER_AUDIO_SECOND * audio_s) * factor
+        seconds = self.engine.seconds(audio_s) * factor
         self.threads += threads
         seconds *= max(1.0, self.threads / self.machine.cores)
         started = self.now
@@ -270,10 +299,14 @@ class Simulation:
             lane_seconds = (self.now - started) * threads
             self.lane_seconds += lane_seconds
             job, conv = sim.job, sim.session
+            if not sim.sounded:
+                sim.sounded = True
+                self.costs.observe(sim.chars, self.now - started)
             if not job.cancelled:
                 job.gave(self.now, audio_s)
                 if job.account is not None:
-                    job.account.charge(self.now, lane_seconds / COST_PER_AUDIO_SECOND)
+                    worth = lane_seconds / (self.engine.scale * COST_PER_AUDIO_SECOND)
+                    job.account.charge(self.now, worth)
                 audio = np.full(round(audio_s * RATE), 0.1, dtype=np.float32)
                 conv.session.on_audio(sim.job_id, audio, self.now)
                 if sim.sentences:
@@ -289,6 +322,8 @@ class Simulation:
 
     def conversation(self, index: int) -> SimSession:
         session = Session(f"s{index}", RATE, self.session_config)
+        if self.pacing is not None:
+            session._pacing = self.pacing(self.session_config)  # type: ignore[assignment]
         session.start(self.now)
         return SimSession(index, session, Account())
 

@@ -1,23 +1,32 @@
-"""Urgency from the listener's audio left against the synthesis latency seen (pure)."""
+"""Urgency and cut lengths from the listener's audio left against the engine's cost (pure)."""
 
 from __future__ import annotations
 
 import pytest
 
+from voicews.cost import DEFAULT_PRIOR, Cost
 from voicews.pacing import Pacing
-from voicews.segmenter import Urgency
+from voicews.segmenter import Fit, Urgency
+
+COST = Cost(fixed=0.1, per_char=0.005)
 
 
-def test_guards_cover_the_pending_text_at_the_latency_seen_plus_the_margin() -> None:
-    pacing = Pacing(stall_guard_ms=150, max_chars=100)
-    # Until measured: 5 ms per character, short texts counted as 20 characters.
-    assert pacing.guards(pending_chars=5) == pytest.approx((0.1 + 0.15, 0.1 + 0.05))
-    assert pacing.guards(pending_chars=60) == pytest.approx((0.3 + 0.15, 0.3 + 0.05))
+def paced(stall_guard_ms: int = 150, cost: Cost = COST, wait: float = 0.0) -> Pacing:
+    pacing = Pacing(stall_guard_ms=stall_guard_ms, max_chars=100)
+    pacing.engine(cost, wait)
+    return pacing
+
+
+def test_guards_cover_the_pending_text_at_the_engines_cost_plus_the_margin() -> None:
+    pacing = paced()
+    assert pacing.guards(pending_chars=20) == pytest.approx((0.2 + 0.15, 0.2 + 0.05))
     assert pacing.guards(pending_chars=1000) == pacing.guards(pending_chars=100)  # one segment
+    fresh = Pacing(stall_guard_ms=0, max_chars=100)  # until the worker says: the default prior
+    assert fresh.guards(40)[0] == pytest.approx(DEFAULT_PRIOR.latency(40))
 
 
 def test_urgency_rises_as_the_audio_left_falls() -> None:
-    pacing = Pacing(stall_guard_ms=150, max_chars=100)
+    pacing = paced()
     clause, word = pacing.guards(pending_chars=40)
     assert pacing.urgency(clause + 0.01, 40) is Urgency.RELAXED
     assert pacing.urgency(clause, 40) is Urgency.URGENT
@@ -26,20 +35,18 @@ def test_urgency_rises_as_the_audio_left_falls() -> None:
     assert pacing.cut_times(None, 40) == []  # nothing played yet
 
 
-def test_latency_rises_at_once_and_decays_slowly() -> None:
-    pacing = Pacing(stall_guard_ms=0, max_chars=100)
-    pacing.observe(seconds=1.0, chars=50)  # 20 ms per character: slower, taken at once
-    assert pacing.guards(50)[0] == pytest.approx(1.0)
-    pacing.observe(seconds=0.0, chars=50)  # much faster: a tenth of the way down
-    assert pacing.guards(50)[0] == pytest.approx(0.9)
-    pacing.observe(seconds=0.5, chars=5)  # a short text counts as 20 characters
-    assert pacing.guards(20)[0] == pytest.approx(0.5)
+def test_what_the_session_waits_beyond_the_cost_rises_at_once_and_decays_slowly() -> None:
+    pacing = paced(stall_guard_ms=0)
+    pacing.observe(seconds=1.0, chars=20)  # the engine takes 0.2 s: 0.8 s more, at once
+    assert pacing.guards(20)[0] == pytest.approx(1.0)
+    pacing.observe(seconds=0.2, chars=20)  # as the engine costs: a tenth of the way down
+    assert pacing.guards(20)[0] == pytest.approx(0.2 + 0.72)
 
 
 def test_a_timer_at_a_cut_time_finds_the_urgency_risen_despite_rounding() -> None:
     """The session sets a timer for ``cut_times``; at that moment the audio left is the guard
     give or take a rounding, which must not leave the cut waiting for the next text."""
-    pacing = Pacing(stall_guard_ms=150, max_chars=100)
+    pacing = paced()
     end = 1.0761
     clause_at, word_at = pacing.cut_times(end, 21)
     assert pacing.urgency(end - clause_at + 1e-9, 21) is Urgency.URGENT
@@ -47,12 +54,28 @@ def test_a_timer_at_a_cut_time_finds_the_urgency_risen_despite_rounding() -> Non
 
 
 def test_a_crowded_worker_keeps_its_wait_more_in_hand() -> None:
-    pacing = Pacing(stall_guard_ms=150, max_chars=100)
-    calm = pacing.guards(40)
-    assert pacing.first_chars(speed=1.0) == 0  # nothing waits: first segments as eager as ever
-    pacing.crowded(0.3)  # segments wait 300 ms for the worker lately
-    assert pacing.guards(40) == pytest.approx((calm[0] + 0.3, calm[1] + 0.3))
+    calm = paced().guards(40)
+    assert paced().first_chars(speed=1.0) == 0  # nothing waits: first segments as eager as ever
+    crowded = paced(wait=0.3)  # segments wait 300 ms for the worker lately
+    assert crowded.guards(40) == pytest.approx((calm[0] + 0.3, calm[1] + 0.3))
     # A first segment holds what is heard in 300 ms: about 15 characters a second at speed 1.
-    assert (pacing.first_chars(speed=1.0), pacing.first_chars(speed=2.0)) == (4, 9)
-    pacing.crowded(0.0)
-    assert pacing.guards(40) == pytest.approx(calm)
+    assert (crowded.first_chars(speed=1.0), crowded.first_chars(speed=2.0)) == (4, 9)
+
+
+def test_a_cut_fits_the_audio_left_and_gains_ground() -> None:
+    pacing = paced(cost=Cost(fixed=0.3, per_char=0.03))
+    # 1.05 s left, less the 0.15 s margin: 0.9 s, of which 0.3 fixed: 20 characters.
+    assert pacing.fit(1.05) == Fit(most=20, least=9)
+    # Until heard, 15 characters a second (0.067 s each): 0.3 / (0.067 - 0.03) -> 9. A voice
+    # heard slower (0.1 s a character) gains ground sooner; a queue wait costs like the fixed.
+    pacing.heard(chars=100, seconds=20.0)  # an average of 0.2 s, weighted in by a fifth
+    assert pacing.fit(1.05).least == 5
+    assert pacing.fit(0.2).most == 0  # nothing fits
+
+
+def test_an_engine_slower_than_real_time_keeps_whole_sentences() -> None:
+    """Each character costs more than the audio it gives: no cut keeps the listener from
+    running dry, and the fewest stalls come from the fewest pieces."""
+    pacing = paced(cost=Cost(fixed=0.5, per_char=0.1))  # 0.1 s a character for ~0.067 heard
+    assert pacing.urgency(0.0, 40) is Urgency.RELAXED
+    assert pacing.cut_times(10.0, 40) == []

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from voicews.segmenter import Boundary, Segmenter, SegmenterConfig, Urgency, speakable
+from voicews.segmenter import Boundary, Fit, Segmenter, SegmenterConfig, Urgency, speakable
 
 
 def feed_all(seg: Segmenter, *deltas: str) -> None:
@@ -71,6 +71,49 @@ def test_urgent_cuts_at_clauses_and_critical_at_words() -> None:
     assert seg.next_segment(Urgency.URGENT) is None  # only word ends: wait for more
     got = seg.next_segment(Urgency.CRITICAL)
     assert got is not None and (got.text, got.boundary) == ("warm and bright in", Boundary.WORD)
+
+
+def test_a_first_segment_never_runs_past_a_sentence_end() -> None:
+    """However much a loaded worker wants it to hold, not "fit. The": the engine stops at
+    the sentence anyway, and a word cut after it is heard."""
+    seg = Segmenter()
+    seg.feed("Okay, I found two flights that fit. The first")
+    got = seg.next_segment(Urgency.FIRST, first_chars=40)
+    assert got is not None and got.text == "Okay, I found two flights that fit."
+
+
+def test_a_fitted_cut_is_the_first_sentence_if_it_fits_else_the_longest_clause_that_does() -> None:
+    text = "It is sunny, warm and bright. Tomorrow"  # the sentence is 29 characters
+    seg = Segmenter()
+    seg.feed(text)
+    got = seg.next_segment(Urgency.URGENT, fit=Fit(most=40, least=5))
+    assert got is not None and got.text == "It is sunny, warm and bright."
+    seg = Segmenter()
+    seg.feed(text)
+    got = seg.next_segment(Urgency.URGENT, fit=Fit(most=20, least=5))
+    assert got is not None and (got.text, got.boundary) == ("It is sunny,", Boundary.CLAUSE)
+
+
+def test_a_critical_fitted_cut_is_the_longest_word_end_that_fits() -> None:
+    seg = Segmenter()
+    seg.feed("I moved your meeting to three in the afternoon and")
+    fit = Fit(most=20, least=5)
+    assert seg.next_segment(Urgency.URGENT, fit=fit) is None  # no clause: wait for critical
+    got = seg.next_segment(Urgency.CRITICAL, fit=fit)
+    assert got is not None and (got.text, got.boundary) == ("I moved your meeting", Boundary.WORD)
+
+
+def test_a_piece_too_short_to_gain_ground_is_not_cut_and_a_stall_takes_the_shortest_that_does() -> (
+    None
+):
+    seg = Segmenter()
+    seg.feed("Hi, I moved your meeting to three")
+    fit = Fit(most=10, least=6)  # "Hi," fits but gives less audio than it costs
+    assert seg.next_segment(Urgency.URGENT, fit=fit) is None
+    # Critical, and nothing both fits and gains ground: the listener stalls however the text
+    # is cut; the shortest piece that gains ground makes the stall the shortest.
+    got = seg.next_segment(Urgency.CRITICAL, fit=fit)
+    assert got is not None and got.text == "Hi, I moved"
 
 
 @pytest.mark.parametrize(

@@ -5,8 +5,10 @@ from __future__ import annotations
 from dataclasses import replace
 
 import numpy as np
+import pytest
 
 from voicews.agent.conversation import AgentConfig
+from voicews.cost import Cost
 from voicews.encoding import OutputFormat
 from voicews.errors import CloseCode, ErrorCode
 from voicews.outbox import Outgoing
@@ -34,6 +36,8 @@ from voicews.protocol import (
 from voicews.session import GenerationRequest, Session, SessionConfig, SynthesisRequest
 
 RATE = 22050
+COST = Cost(fixed=0.1, per_char=0.005)
+"""The engine's cost, as the compute worker would tell the session."""
 
 
 def speech(seconds: float) -> np.ndarray:
@@ -275,32 +279,53 @@ def test_idle_flush_speaks_text_that_stopped_mid_sentence() -> None:
 
 def test_stall_guard_cuts_at_a_clause_before_the_listener_runs_dry() -> None:
     s = make(stall_guard_ms=400, idle_flush_ms=10_000)
+    s.load(0.0, COST)
     s.handle(TurnReset(turn_id="t1"), 0.0)
     s.handle(TextDelta(text="Hi, the forecast for today is sunny, warm and "), 0.0)
     synthesize(s, one(s), 1.0, 0.1)
     drain(s, 0.1)  # the listener now has audio until about t = 1.1
     assert s.take_submissions() == []  # no sentence end yet, and audio in hand
-    # "Hi," took 0.1 s (counted as 20 characters): the 42 pending would take 0.21 s.
+    # "Hi," took no longer than the engine's cost: the 42 pending would take 0.1 + 0.21 s.
     play_end = 0.1 + 1.0 - 0.008  # less the crossfade tail held back
     wake = s.wakeup_at(0.1)
-    assert wake is not None and abs(wake - (play_end - 0.4 - 0.1 / 20 * 42)) < 0.001
+    assert wake is not None and abs(wake - (play_end - 0.4 - COST.latency(42))) < 0.001
     s.tick(wake)
     assert one(s).text == "the forecast for today is sunny,"
 
 
 def test_stall_guard_grows_with_the_synthesis_latency_it_sees() -> None:
     s = make(stall_guard_ms=100, idle_flush_ms=10_000)
+    s.load(0.0, COST)
     s.handle(TurnReset(turn_id="t1"), 0.0)
     s.handle(TextDelta(text="Hi, the forecast for today is sunny, warm and "), 0.0)
     synthesize(s, one(s), 3.0, 0.9)  # a slow worker: 0.9 s to the first audio of "Hi,"
     drain(s, 0.9)
     wake = s.wakeup_at(0.9)
     play_end = 0.9 + 3.0 - 0.008
-    assert wake is not None and abs(wake - (play_end - 0.1 - 0.9 / 20 * 42)) < 0.001
+    late = 0.9 - COST.latency(3)  # what came on top of the engine's cost
+    assert wake is not None and abs(wake - (play_end - 0.1 - COST.latency(42) - late)) < 0.001
+
+
+def test_a_slower_engine_cuts_sooner() -> None:
+    """The compute worker's cost model reaches the session: the same text, a costlier engine,
+    an earlier cut."""
+    wakes = []
+    for cost in (COST, Cost(fixed=0.4, per_char=0.02)):
+        s = make(stall_guard_ms=100, idle_flush_ms=10_000)
+        s.load(0.0, cost)
+        s.handle(TurnReset(turn_id="t1"), 0.0)
+        s.handle(TextDelta(text="Hi, the forecast for today is sunny, warm and "), 0.0)
+        synthesize(s, one(s), 3.0, cost.latency(3))
+        drain(s, cost.latency(3))
+        wake = s.wakeup_at(cost.latency(3))
+        assert wake is not None
+        wakes.append(wake - cost.latency(3))  # from the first audio
+    assert wakes[1] == pytest.approx(wakes[0] - (0.4 - 0.1) - (0.02 - 0.005) * 42)
 
 
 def test_word_cuts_wait_until_the_listener_is_nearly_dry() -> None:
-    s = make(stall_guard_ms=300, idle_flush_ms=10_000)  # clause at 0.4 s left, word at 0.2 s
+    s = make(stall_guard_ms=300, idle_flush_ms=10_000)  # clause at 0.475 s left, word at 0.275
+    s.load(0.0, COST)
     s.handle(TurnReset(turn_id="t1"), 0.0)
     s.handle(TextDelta(text="Sure, I can help with"), 0.0)
     synthesize(s, one(s), 1.0, 0.1)
@@ -311,8 +336,27 @@ def test_word_cuts_wait_until_the_listener_is_nearly_dry() -> None:
         s.tick(wake)
         if subs := s.take_submissions():
             break
-    assert [round(w, 2) for w in wakes] == [0.69, 0.89]
-    assert [r.text for r in subs] == ["I can help"]
+    assert [round(w, 2) for w in wakes] == [0.62, 0.82]
+    # Nothing fits in the 0.275 s left with the whole margin: the shortest piece that gains
+    # ground makes the listener's wait the shortest.
+    assert [r.text for r in subs] == ["I can"]
+
+
+def test_with_all_the_text_in_a_sentence_too_long_to_fit_is_cut_once_critical() -> None:
+    """Urgent, and no clause of the last sentence fits: the cut waits for the critical time,
+    for which a timer is set though no more text can come."""
+    s = make(stall_guard_ms=300, idle_flush_ms=10_000)
+    s.load(0.0, COST)
+    s.handle(TurnReset(turn_id="t1"), 0.0)
+    s.handle(TextDelta(text="Sure, I can help with that and more today."), 0.0)
+    s.handle(EndText(), 0.0)
+    synthesize(s, one(s), 0.5, 0.1)
+    drain(s, 0.1)  # audio until about t = 0.59; the rest would take 0.28 s
+    assert s.take_submissions() == []
+    wake = s.wakeup_at(0.1)
+    assert wake is not None and abs(wake - (0.592 - COST.latency(36) - 0.1)) < 0.001
+    s.tick(wake)
+    assert one(s).text == "I can"  # nothing fits with the whole margin: the shortest piece
 
 
 def test_rate_limit_refuses_messages_over_the_rate() -> None:

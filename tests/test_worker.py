@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 
 from voicews.audio import Audio
+from voicews.cost import DEFAULT_PRIOR, Cost
 from voicews.engines import engine_factory
 from voicews.engines.base import Engine, SynthesisOptions, WordStarts
 from voicews.worker import (
@@ -254,6 +255,21 @@ def test_a_first_segment_overtakes_a_running_job_due_later_at_its_next_step(
     rec.wait(2)
     assert engine.computed == ["a", "b", "c", "x", "y", "d", "e"]
     assert rec.order(JobDone) == ["first", "long"]
+
+
+def test_the_engines_cost_is_fitted_from_each_segments_compute_to_its_first_audio(
+    worker: ComputeWorker, clock: FakeClock
+) -> None:
+    """Every session's segments teach one cost model: a new session on a slow engine does
+    not start from a guess. Queue waits are not the engine's: they are not counted."""
+    assert worker.cost == DEFAULT_PRIOR  # an engine with no prior of its own
+    rec = Recorder()
+    for words in (1, 3):
+        job = rec.speak(f"s{words}", " ".join(["word"] * words), deadline=clock())
+        job.chars = 5 * words  # the fake's first audio is one step however long the text
+        worker.submit(job)
+    rec.wait(2)
+    assert worker.cost == Cost(fixed=pytest.approx(STEP), per_char=0.0)  # type: ignore[arg-type]
 
 
 def test_an_account_is_charged_the_audio_its_compute_was_worth(

@@ -100,7 +100,7 @@ class SessionDriver:
                 self._worker.cancel(cancelled)
         if session.outbox or session.close_request is not None:
             self._wake.set()
-        session.crowded(self._worker.queue_wait)
+        session.load(self._worker.queue_wait, self._worker.cost)
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
@@ -123,7 +123,12 @@ class SessionDriver:
             case SynthesisRequest():
                 work = synthesis(request.text, request.options)
                 return Job(
-                    work, request.deadline, on_event, first=request.first, account=self._account
+                    work,
+                    request.deadline,
+                    on_event,
+                    first=request.first,
+                    account=self._account,
+                    chars=len(request.text),
                 )
             case GenerationRequest():
                 assert self._generate is not None, "agent mode without a generator"

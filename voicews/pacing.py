@@ -1,23 +1,26 @@
-"""How urgent a turn's next segment is: the listener's audio left, against synthesis latency.
+"""How urgent a turn's next segment is, and how long it may be: the listener's audio left,
+against what synthesizing the next segment will take.
 
 While the listener has plenty ahead, the segmenter waits for natural, longer segments; as the
-audio left nears what synthesizing the pending text is expected to take (the latency per
-character this session has been seeing, plus what segments wait for the worker lately, plus a
-margin), it cuts at a clause, then at any word. So a loaded worker keeps more audio in hand.
+audio left nears what synthesizing the pending text is expected to take (the engine's cost,
+fixed plus per character, as the compute worker measures it, plus what segments wait for the
+worker lately, plus a margin), it cuts at a clause, then at any word: the longest piece whose
+synthesis still fits in the audio left, and never one so short that it gives less audio than
+it costs. An engine slower than real time stalls the listener however the text is cut; there
+the segments stay whole sentences, so the stalls are as few as can be and fall between them.
 """
 
 from __future__ import annotations
 
-from .segmenter import Urgency
+import math
 
-# Seconds from submitting a segment to its first audio, per character of its text (the
-# engine may compute the whole segment first), until measured; short texts count as 20.
-_INITIAL_LATENCY_PER_CHAR = 0.1 / 20
-_MIN_CHARS = 20
+from .cost import DEFAULT_PRIOR, Cost
+from .segmenter import Fit, Urgency
+
 # A timer set for a cut time finds the audio left equal to the guard give or take a rounding
 # (or fires a hair early): it still counts, or the cut would wait for the next text to come.
 _SLACK = 0.001
-_CHARS_PER_SECOND = 15.0  # English speech at speed 1, about
+_CHARS_PER_SECOND = 15.0  # English speech at speed 1, about, until heard
 
 
 class Pacing:
@@ -26,19 +29,39 @@ class Pacing:
     def __init__(self, stall_guard_ms: int, max_chars: int) -> None:
         self._margin = stall_guard_ms / 1000
         self._max_chars = max_chars
-        self._latency_per_char = _INITIAL_LATENCY_PER_CHAR
+        self._cost = DEFAULT_PRIOR
         self._wait = 0.0
+        self._late = 0.0
+        self._audio_per_char = 1 / _CHARS_PER_SECOND
+
+    def engine(self, cost: Cost, wait: float) -> None:
+        """The engine's cost as the compute worker measures it, and the seconds segments
+        (every session's) wait for the worker lately."""
+        self._cost, self._wait = cost, wait
 
     def observe(self, seconds: float, chars: int) -> None:
-        """A segment of ``chars`` gave its first audio after ``seconds``: rise at once with a
-        slower job, decay slowly after."""
-        sample = seconds / max(chars, _MIN_CHARS)
-        old = self._latency_per_char
-        self._latency_per_char = sample if sample > old else 0.9 * old + 0.1 * sample
+        """A segment of ``chars`` gave its first audio ``seconds`` after it was asked for:
+        what came on top of the engine's cost (this session's own wait) rises at once with a
+        later segment, and decays slowly after."""
+        late = max(0.0, seconds - self._cost.latency(chars))
+        self._late = late if late > self._late else 0.9 * self._late + 0.1 * late
 
-    def crowded(self, wait: float) -> None:
-        """Segments (every session's) wait ``wait`` seconds for the worker lately."""
-        self._wait = wait
+    def heard(self, chars: int, seconds: float) -> None:
+        """A segment of ``chars`` gave ``seconds`` of audio (at the session's voice and
+        speed)."""
+        if chars > 0 and seconds > 0:
+            self._audio_per_char = 0.8 * self._audio_per_char + 0.2 * seconds / chars
+
+    @property
+    def slower_than_real_time(self) -> bool:
+        """Each character costs more compute than the audio it gives."""
+        return self._cost.per_char >= self._audio_per_char
+
+    def latency(self, chars: int) -> float:
+        """Seconds from asking for a segment of ``chars`` to its first audio, expected: the
+        session's own lateness counts the worker's queue a second time, which stalled fewer
+        listeners in the simulation than counting it once (the larger of the two)."""
+        return self._cost.latency(chars) + self._wait + self._late
 
     def first_chars(self, speed: float) -> int:
         """The least text a turn's first segment should hold: as much as is heard while the
@@ -48,23 +71,41 @@ class Pacing:
     def guards(self, pending_chars: int) -> tuple[float, float]:
         """Audio left at which to cut at a clause, and at which to cut at any word.
 
-        Both leave room for synthesizing all the pending text (up to a segment's cap) at the
-        latency per character seen so far, and for the worker's queue as it is lately (the
-        session's own latency shows it only once its own segments have waited).
+        Both leave room for synthesizing all the pending text (up to a segment's cap) and for
+        the worker's queue as it is lately.
         """
-        chars = min(pending_chars, self._max_chars)
-        latency = self._latency_per_char * max(chars, _MIN_CHARS) + self._wait
+        latency = self.latency(min(pending_chars, self._max_chars))
         return latency + self._margin, latency + self._margin / 3
 
     def cut_times(self, end: float | None, pending_chars: int) -> list[float]:
         """When the urgency rises, for a listener whose audio runs out at ``end``."""
-        return [] if end is None else [end - guard for guard in self.guards(pending_chars)]
+        if end is None or self.slower_than_real_time:
+            return []
+        return [end - guard for guard in self.guards(pending_chars)]
 
     def urgency(self, ahead: float, pending_chars: int) -> Urgency:
         """With ``ahead`` seconds of audio left for the listener (sent or not)."""
+        if self.slower_than_real_time:
+            return Urgency.RELAXED
         clause_guard, word_guard = self.guards(pending_chars)
         if ahead <= word_guard + _SLACK:
             return Urgency.CRITICAL
         if ahead <= clause_guard + _SLACK:
             return Urgency.URGENT
         return Urgency.RELAXED
+
+    def fit(self, ahead: float) -> Fit:
+        """How long the next cut may be with ``ahead`` seconds left, and how short.
+
+        The most: synthesized within the audio left, less the whole margin, even once
+        critical (cuts fitted to a third of it stalled more listeners in the simulation,
+        ``bench/simulate.py``'s staggered conversations, than the shorter cuts this makes).
+        The least: a piece of ``c`` characters gives ``r * c`` seconds of audio for
+        ``a + b * c`` of latency (the queue wait counted with ``a``), so it gains ground on
+        the listener only past ``a / (r - b)`` characters.
+        """
+        wait = self._wait + self._late
+        most = self._cost.chars_within(ahead + _SLACK - self._margin - wait)
+        gain = self._audio_per_char - self._cost.per_char
+        least = math.ceil((self._cost.fixed + wait) / gain) if gain > 0 else self._max_chars
+        return Fit(most=max(most, 0), least=least)

@@ -66,6 +66,16 @@ class Segment:
     boundary: Boundary
 
 
+@dataclass(frozen=True, slots=True)
+class Fit:
+    """What the engine's cost allows an urgent cut: a piece of ``most`` characters is
+    synthesized before the listener runs dry; one under ``least`` costs more time than the
+    audio it gives."""
+
+    most: int
+    least: int
+
+
 def speakable(text: str) -> str:
     """``text`` as it is read aloud: each URL (``scheme://...`` or ``www....``) as its host
     and path, without scheme, credentials, query or fragment, cut at a ``/`` or ``.`` to at
@@ -127,9 +137,12 @@ class Segmenter:
     def has_text(self) -> bool:
         return bool(self._buf.strip())
 
-    def next_segment(self, urgency: Urgency, first_chars: int = 0) -> Segment | None:
+    def next_segment(
+        self, urgency: Urgency, first_chars: int = 0, fit: Fit | None = None
+    ) -> Segment | None:
         """``first_chars``: the least a first segment holds (more when the compute worker is
-        loaded, so the listener has enough in hand while the next one waits)."""
+        loaded, so the listener has enough in hand while the next one waits). ``fit``: how
+        long an urgent or critical cut may be (None: as long as there is)."""
         if not self.has_text:
             self._buf = ""
             return None
@@ -139,15 +152,19 @@ class Segmenter:
             least = 0 if self._closed else min(first_chars, cap)  # closed: all there will be
             for cut in cuts:
                 first = cut.boundary >= Boundary.CLAUSE or cut.words >= self.config.first_words
-                if first and cut.chars >= least:
+                # Never past a sentence end: the engine stops there anyway, and a word cut
+                # beyond it ("fit. The") is heard.
+                if first and (cut.chars >= least or cut.boundary is Boundary.SENTENCE):
                     return self._take(cut) if cut.chars <= cap else self._oversize(cuts)
             if len(self._buf.strip()) <= cap:
                 return None
         fitting = [c for c in cuts if c.chars <= cap]
+        over_cap = len(self._buf.strip()) > cap
+        if fit is not None and urgency in (Urgency.URGENT, Urgency.CRITICAL) and not over_cap:
+            return self._fitted(urgency, fitting, fit)
         sentence = next((c for c in fitting if c.boundary is Boundary.SENTENCE), None)
         if sentence is not None:
             return self._take(sentence)
-        over_cap = len(self._buf.strip()) > cap
         if urgency is Urgency.FLUSH:
             if not over_cap:
                 return self._take_all()
@@ -163,6 +180,28 @@ class Segmenter:
             if over_cap:
                 return self._oversize(cuts)
         return None
+
+    def _fitted(self, urgency: Urgency, cuts: list[_Cut], fit: Fit) -> Segment | None:
+        """The first sentence if its synthesis fits (a sentence costs what it costs), else
+        the longest piece of it that fits, ending at a clause (at any word once critical) and
+        long enough to gain ground. Critical with no such piece, the listener stalls however
+        the text is cut: the shortest piece that gains ground, else the best there is."""
+        sentence = next((c for c in cuts if c.boundary is Boundary.SENTENCE), None)
+        if sentence is not None:
+            if sentence.chars <= fit.most:
+                return self._take(sentence)
+            cuts = [c for c in cuts if c.end <= sentence.end]
+        good = [c for c in cuts if fit.least <= c.chars <= fit.most]
+        clauses = [c for c in good if c.boundary >= Boundary.CLAUSE]
+        if clauses:
+            return self._take(clauses[-1])
+        if urgency is Urgency.URGENT:
+            return None
+        if good:
+            return self._take(good[-1])
+        gaining = [c for c in cuts if c.chars >= fit.least]
+        best = gaining[0] if gaining else self._best(cuts)
+        return self._take(best) if best is not None else None
 
     @staticmethod
     def _best(cuts: list[_Cut]) -> _Cut | None:

@@ -19,6 +19,7 @@ from typing import assert_never
 
 from .agent.conversation import AgentConfig, Conversation, Message
 from .audio import Audio, StitchConfig
+from .cost import Cost
 from .encoding import FrameEncoder, OutputFormat
 from .engines.base import SynthesisOptions
 from .errors import CloseCode, ErrorCode, VoicewsError
@@ -46,7 +47,7 @@ from .protocol import (
     UserMessage,
     unknown_voice,
 )
-from .segmenter import Segment, SegmenterConfig, Urgency, speakable
+from .segmenter import Fit, Segment, SegmenterConfig, Urgency, speakable
 from .turn import InFlight, Turn, TurnState
 
 _STALL_TOLERANCE = 0.02  # a frame this late after the listener ran dry counts as a stall
@@ -244,6 +245,7 @@ class Session:
         if not job.sounded:
             job.sounded = True
             self._pacing.observe(now - job.submitted_at, len(job.segment.text))
+        job.samples += audio.size
         self.outbox.extend(turn.track.push(audio))
 
     def on_words(self, job_id: int, starts: Sequence[int]) -> None:
@@ -267,6 +269,7 @@ class Session:
             self._close_text(writing, now)
         elif (found := self._synthesis(job_id)) is not None:
             turn, job = found
+            self._pacing.heard(len(job.segment.text), job.samples / self.sample_rate)
             self.outbox.extend(turn.track.end(job.segment.boundary))
             turn.in_flight = None
             self._pump(now)
@@ -323,10 +326,10 @@ class Session:
             self.close_request = Close(CloseCode.NORMAL_CLOSURE, "idle timeout")
         self._pump(now)
 
-    def crowded(self, wait: float) -> None:
-        """Segments wait ``wait`` seconds for the compute worker lately (its load): keep that
-        much more audio in hand."""
-        self._pacing.crowded(wait)
+    def load(self, wait: float, cost: Cost) -> None:
+        """The compute worker lately: segments wait ``wait`` seconds for it (keep that much
+        more audio in hand), and a segment's first audio costs the engine ``cost``."""
+        self._pacing.engine(cost, wait)
 
     def drain(self, now: float) -> None:
         """Server shutdown: finish the current turn, start no new one, then close."""
@@ -358,15 +361,15 @@ class Session:
                 return None
             return self._last_activity + self.config.idle_timeout_s
         limit = turn.started + self.config.max_turn_seconds
-        # Time alone cuts no segment while one is out, all the text is in, the outbox is
-        # full, or there is no text: only the duration limit can come.
-        if turn.in_flight or turn.state is TurnState.CLOSED or self.outbox.full:
+        # Time alone cuts no segment while one is out, the outbox is full, or there is no
+        # text: only the duration limit can come.
+        if turn.in_flight or self.outbox.full or not turn.segmenter.has_text:
             return limit
-        if not turn.segmenter.has_text:
-            return limit
-        flush = turn.last_delta + self.config.idle_flush_ms / 1000
         cuts = self._pacing.cut_times(turn.listener.end, turn.segmenter.pending_chars)
-        return min([limit, flush, *(t for t in cuts if t > now)])
+        times = [limit, *(t for t in cuts if t > now)]
+        if turn.state is not TurnState.CLOSED:  # all the text in: nothing to flush
+            times.append(turn.last_delta + self.config.idle_flush_ms / 1000)
+        return min(times)  # with all the text in, a sentence too long to fit waits for one
 
     @property
     def pending_audio_s(self) -> float:
@@ -499,21 +502,24 @@ class Session:
             return
         if not self.outbox.full:
             first_chars = self._pacing.first_chars(self._options.speed)
-            segment = turn.segmenter.next_segment(self._urgency(turn, now), first_chars)
+            urgency, fit = self._urgency(turn, now)
+            segment = turn.segmenter.next_segment(urgency, first_chars, fit)
             if segment is not None:
                 self._submit(turn, segment, now)
                 return
         if turn.drained:
             self._finish(turn, now, "done")
 
-    def _urgency(self, turn: Turn, now: float) -> Urgency:
+    def _urgency(self, turn: Turn, now: float) -> tuple[Urgency, Fit | None]:
+        """How urgent the next cut is, and (for an urgent one) how long it may be."""
         idle = turn.idle(now, self.config.idle_flush_ms / 1000)
         if not turn.first_submitted:
-            return Urgency.FLUSH if idle else Urgency.FIRST
+            return (Urgency.FLUSH if idle else Urgency.FIRST), None
         if idle:
-            return Urgency.FLUSH
+            return Urgency.FLUSH, None
         ahead = turn.listener.left(now) + self.outbox.samples / turn.listener.sample_rate
-        return self._pacing.urgency(ahead, turn.segmenter.pending_chars)
+        urgency = self._pacing.urgency(ahead, turn.segmenter.pending_chars)
+        return urgency, self._pacing.fit(ahead)
 
     def _submit(self, turn: Turn, segment: Segment, now: float) -> None:
         first = not turn.first_submitted

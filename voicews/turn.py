@@ -36,6 +36,8 @@ class InFlight:
     submitted_at: float
     sounded: bool = False
     """It has produced audio (and its latency was observed)."""
+    samples: int = 0
+    """The engine's samples it has produced."""
 
 
 class Turn:

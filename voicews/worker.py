@@ -35,6 +35,7 @@ from typing import Any, assert_never
 import numpy as np
 
 from .audio import Audio
+from .cost import DEFAULT_PRIOR, PRIORS, Cost, CostModel
 from .engines.base import Engine, SynthesisOptions, WordStarts
 
 log = logging.getLogger(__name__)
@@ -127,10 +128,14 @@ class Job:
     deadline_step: float = 0.0
     """Added to ``deadline`` after each step: a long generation yields to segments whose
     listeners run dry sooner, instead of holding its place."""
+    chars: int = 0
+    """A segment's length: the compute to its first audio teaches the engine's cost model
+    (0: not a segment)."""
     cancelled: bool = False
     _steps: Iterator[Audio | WordStarts | str] | None = field(default=None, repr=False)
     _submitted: float = field(default=0.0, repr=False)
     _sounded: bool = field(default=False, repr=False)
+    _computed: float = field(default=0.0, repr=False)  # lane-seconds of its steps so far
 
     def due(self) -> float:
         """When it should give its first output; the job due first runs next."""
@@ -232,6 +237,7 @@ class ComputeWorker:
         self._queue: list[Job] = []
         self._running = 0
         self._cost = _INITIAL_COST
+        self._costs = CostModel(DEFAULT_PRIOR)
         self._wait = 0.0
         self._cond = threading.Condition()
         self._stopping = False
@@ -285,6 +291,12 @@ class ComputeWorker:
         return self.stats.overloaded(self._wait)
 
     @property
+    def cost(self) -> Cost:
+        """A segment's compute to its first audio, as fitted (the engine's prior at first)."""
+        with self._cond:
+            return self._costs.estimate
+
+    @property
     def cost_per_audio_second(self) -> float:
         """Lane-seconds of compute per second of audio, as measured (an estimate at first)."""
         return self._cost
@@ -293,6 +305,7 @@ class ComputeWorker:
         try:
             engine = self._factory()
             self.engine_name, self.sample_rate = engine.name, engine.sample_rate
+            self._costs = CostModel(PRIORS.get(engine.name, DEFAULT_PRIOR))
             lanes = self._lanes if engine.concurrent else 1
         except BaseException as exc:
             self._load_error = exc
@@ -356,8 +369,11 @@ class ComputeWorker:
             if audio_seconds and not sounded and not job.first:
                 in_time = job._submitted + (ended - started) <= job.deadline
                 self.stats.sounded(ended, late=in_time and ended > job.deadline)
+            job._computed += lane_seconds
             with self._cond:
                 self._running -= 1
+                if audio_seconds and not sounded and job.chars:
+                    self._costs.observe(job.chars, job._computed)
                 if audio_seconds:
                     self._cost = 0.9 * self._cost + 0.1 * lane_seconds / audio_seconds
                     job.gave(ended, audio_seconds)

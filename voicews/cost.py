@@ -1,0 +1,74 @@
+"""What a segment costs the engine: seconds to its first audio, fixed plus per character.
+
+An engine that renders a segment whole (Kokoro) gives nothing before the whole segment is
+computed, so the pacing must know what a segment of a given length will take: a fixed part
+(an inference's own overhead, paid by every segment) and a part per character. The compute
+worker fits both, for all sessions together, from what its jobs took (the recent ones; a job
+slowed by a busy machine is an outlier, not the engine), starting from the engine's prior.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import deque
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class Cost:
+    """Seconds from starting a segment's synthesis to its first audio: ``fixed``, plus
+    ``per_char`` for each character."""
+
+    fixed: float
+    per_char: float
+
+    def latency(self, chars: int) -> float:
+        return self.fixed + self.per_char * chars
+
+    def chars_within(self, seconds: float) -> int:
+        """The most characters whose first audio comes within ``seconds`` (-1: not even none)."""
+        if seconds < self.fixed:
+            return -1
+        if self.per_char <= 0:
+            return 1 << 30
+        return int((seconds - self.fixed) / self.per_char)
+
+
+PRIORS = {
+    "piper": Cost(0.05, 0.004),
+    "kokoro": Cost(0.4, 0.025),
+}
+"""Until measured, per engine (the two-core box this was written on, quiet, a little
+pessimistic): Piper ~15 ms of speech per ms of compute, Kokoro about ten times its cost."""
+DEFAULT_PRIOR = PRIORS["piper"]
+
+WINDOW = 32
+"""Samples the fit is taken over: the recent ones, as the machine's load drifts."""
+_QUANTILE = 0.75
+"""The fixed part is this quantile of what the slope leaves: a first audio comes within the
+estimate three times in four (a segment sharing the CPU with another takes longer)."""
+_SPREAD = 10
+"""Characters between the shortest and longest sample before they say anything of the cost
+per character (until then it is the prior's, and the samples set the fixed part)."""
+
+
+class CostModel:
+    """Theil-Sen's line through the recent ``(chars, seconds)`` samples: the median of the
+    slopes between pairs, then an upper quantile of what is left for the fixed part, so
+    samples slowed by something else on the machine move neither (while under a quarter)."""
+
+    def __init__(self, prior: Cost = DEFAULT_PRIOR) -> None:
+        self.prior = prior
+        self._samples: deque[tuple[int, float]] = deque(maxlen=WINDOW)
+        self.estimate = prior
+
+    def observe(self, chars: int, seconds: float) -> None:
+        self._samples.append((chars, seconds))
+        samples = self._samples
+        slope = self.prior.per_char
+        if max(c for c, _ in samples) - min(c for c, _ in samples) >= _SPREAD:
+            slopes = [(s2 - s1) / (c2 - c1) for c1, s1 in samples for c2, s2 in samples if c2 > c1]
+            slope = max(0.0, statistics.median(slopes))
+        rest = sorted(s - slope * c for c, s in samples)
+        fixed = max(0.0, rest[int(_QUANTILE * (len(rest) - 1) + 0.5)])
+        self.estimate = Cost(fixed, slope)
