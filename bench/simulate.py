@@ -167,8 +167,9 @@ class Simulation:
         self.free = self.lanes
         self.threads = 0
         self.lane_seconds = 0.0
-        self.wait = 0.0
-        """The queue wait lately, as ``ComputeWorker.queue_wait`` keeps it."""
+        self.wait, self.wait_at = 0.0, 0.0
+        """The queue wait lately, and when last seen, as ``ComputeWorker.queue_wait`` keeps
+        them."""
         self.turns: list[Turn] = []
         self.on_turn_done: Callable[[SimSession, Turn], None] | None = None
         self.session_config = SessionConfig()
@@ -215,7 +216,7 @@ class Simulation:
         for job_id in session.take_cancellations():
             if (cancelled := conv.jobs.pop(job_id, None)) is not None:
                 cancelled.job.cancelled = True
-        session.load(self.wait, self.costs.estimate)
+        session.load(self.waited(), self.costs.estimate(self.now))
         if conv.timer is not None:
             self._cancelled.add(conv.timer[1])
             conv.timer = None
@@ -279,11 +280,15 @@ class Simulation:
             self.queue.remove(sim)
             threads, factor = self.policy.threads(self.machine, self.lanes - self.free)
             if not sim.started and not sim.job.first:
-                wait = self.now - sim.job._submitted
-                self.wait = wait if wait > self.wait else 0.9 * self.wait + 0.1 * wait
+                wait, lately = self.now - sim.job._submitted, self.waited()
+                self.wait = wait if wait > lately else 0.9 * lately + 0.1 * wait
+                self.wait_at = self.now
             sim.started = True
             self.free -= 1
             self.step(sim, threads, factor)
+
+    def waited(self) -> float:
+        return self.wait * 0.5 ** ((self.now - self.wait_at) / planning.WAIT_HALF_LIFE)
 
     def step(self, sim: SimJob, threads: int, factor: float) -> None:
         sentence = sim.sentences.pop(0)
@@ -301,7 +306,7 @@ class Simulation:
             job, conv = sim.job, sim.session
             if not sim.sounded:
                 sim.sounded = True
-                self.costs.observe(sim.chars, self.now - started)
+                self.costs.observe(sim.chars, self.now - started, self.now)
             if not job.cancelled:
                 job.gave(self.now, audio_s)
                 if job.account is not None:

@@ -26,6 +26,7 @@ from voicews.worker import (
     FIRST_AUDIO_TARGET,
     OVERLOAD_BUSY,
     OVERLOAD_WAIT,
+    WAIT_HALF_LIFE,
     WINDOW,
     Account,
     ComputeWorker,
@@ -465,8 +466,12 @@ def test_a_segment_is_late_only_if_it_was_asked_for_in_time_and_waits_are_kept(
     rec.wait(4)
     assert worker.stats.late() == (1, 3)  # of the blocker, "waited" and "asked-late"
     # "asked-late" waited longest, 0.12 s (the blocker's 0.1 + a word each for it and
-    # "waited"): the wait lately, which sessions keep more audio in hand for.
-    assert worker.queue_wait == pytest.approx(0.12)
+    # "waited"): the wait lately, which sessions keep more audio in hand for; it halves in
+    # every WAIT_HALF_LIFE in which no segment waits (two words have run since that one).
+    since = 0.5 ** (2 * STEP / WAIT_HALF_LIFE)
+    assert worker.queue_wait == pytest.approx(0.12 * since)
+    clock.now += WAIT_HALF_LIFE
+    assert worker.queue_wait == pytest.approx(0.06 * since)
 
 
 def test_overloaded_when_busy_lanes_keep_segments_waiting_or_listeners_run_dry() -> None:

@@ -44,6 +44,9 @@ DEFAULT_PRIOR = PRIORS["piper"]
 
 WINDOW = 32
 """Samples the fit is taken over: the recent ones, as the machine's load drifts."""
+HORIZON = 30.0
+"""Seconds a sample counts for: a fit made in a burst of conversations (each inference sharing
+the cores) says little of the quiet after it, when the prior is the better guess."""
 _QUANTILE = 0.75
 """The fixed part is this quantile of what the slope leaves: a first audio comes within the
 estimate three times in four (a segment sharing the CPU with another takes longer)."""
@@ -59,16 +62,32 @@ class CostModel:
 
     def __init__(self, prior: Cost = DEFAULT_PRIOR) -> None:
         self.prior = prior
-        self._samples: deque[tuple[int, float]] = deque(maxlen=WINDOW)
-        self.estimate = prior
+        self._samples: deque[tuple[float, int, float]] = deque(maxlen=WINDOW)
+        self._estimate = prior
 
-    def observe(self, chars: int, seconds: float) -> None:
-        self._samples.append((chars, seconds))
-        samples = self._samples
+    def observe(self, chars: int, seconds: float, at: float) -> None:
+        """A segment of ``chars`` gave its first audio ``seconds`` of compute after it
+        started; ``at``: when (a monotonic clock's seconds)."""
+        self._samples.append((at, chars, seconds))
+        self._fit()
+
+    def estimate(self, now: float) -> Cost:
+        """The cost as fitted over the samples of the last ``HORIZON`` seconds."""
+        if self._samples and self._samples[0][0] < now - HORIZON:
+            while self._samples and self._samples[0][0] < now - HORIZON:
+                self._samples.popleft()
+            self._fit()
+        return self._estimate
+
+    def _fit(self) -> None:
+        samples = [(chars, seconds) for _, chars, seconds in self._samples]
+        if not samples:
+            self._estimate = self.prior
+            return
         slope = self.prior.per_char
         if max(c for c, _ in samples) - min(c for c, _ in samples) >= _SPREAD:
             slopes = [(s2 - s1) / (c2 - c1) for c1, s1 in samples for c2, s2 in samples if c2 > c1]
             slope = max(0.0, statistics.median(slopes))
         rest = sorted(s - slope * c for c, s in samples)
         fixed = max(0.0, rest[int(_QUANTILE * (len(rest) - 1) + 0.5)])
-        self.estimate = Cost(fixed, slope)
+        self._estimate = Cost(fixed, slope)

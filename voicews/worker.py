@@ -56,6 +56,9 @@ OVERLOAD_LATE = 0.05
 time, past which the worker is overloaded (once there are at least ``_MIN_LATE``)."""
 WINDOW = 10.0
 _MIN_LATE = 3
+WAIT_HALF_LIFE = 4.0
+"""Seconds in which the queue wait last seen counts half as much: a wait seen in a burst says
+less and less of a worker that has not made anyone wait since."""
 _INITIAL_COST = 0.1  # lane-seconds of compute per second of audio, until measured
 
 
@@ -239,6 +242,7 @@ class ComputeWorker:
         self._cost = _INITIAL_COST
         self._costs = CostModel(DEFAULT_PRIOR)
         self._wait = 0.0
+        self._wait_at = 0.0
         self._cond = threading.Condition()
         self._stopping = False
         self._ready = threading.Event()
@@ -282,19 +286,23 @@ class ComputeWorker:
     @property
     def queue_wait(self) -> float:
         """Seconds a segment waits in the queue before it starts, lately: at once the longest
-        wait seen, easing off as the waits shorten."""
-        return self._wait
+        wait seen, easing off as the waits shorten and as time passes without one."""
+        with self._cond:
+            return self._waited(self._clock())
+
+    def _waited(self, now: float) -> float:
+        return self._wait * math.pow(0.5, (now - self._wait_at) / WAIT_HALF_LIFE)
 
     @property
     def overloaded(self) -> bool:
         """Past what it can keep smooth (``WorkerStats.overloaded``)."""
-        return self.stats.overloaded(self._wait)
+        return self.stats.overloaded(self.queue_wait)
 
     @property
     def cost(self) -> Cost:
         """A segment's compute to its first audio, as fitted (the engine's prior at first)."""
         with self._cond:
-            return self._costs.estimate
+            return self._costs.estimate(self._clock())
 
     @property
     def cost_per_audio_second(self) -> float:
@@ -336,8 +344,9 @@ class ComputeWorker:
                 self._queue.remove(job)
                 self._running += 1
                 if job._steps is None and not job.first:  # it starts now, after its wait
-                    wait = now - job._submitted
-                    self._wait = wait if wait > self._wait else 0.9 * self._wait + 0.1 * wait
+                    wait, lately = now - job._submitted, self._waited(now)
+                    self._wait = wait if wait > lately else 0.9 * lately + 0.1 * wait
+                    self._wait_at = now
                 return job, []
             self._cond.wait()
         return None, []
@@ -373,7 +382,7 @@ class ComputeWorker:
             with self._cond:
                 self._running -= 1
                 if audio_seconds and not sounded and job.chars:
-                    self._costs.observe(job.chars, job._computed)
+                    self._costs.observe(job.chars, job._computed, ended)
                 if audio_seconds:
                     self._cost = 0.9 * self._cost + 0.1 * lane_seconds / audio_seconds
                     job.gave(ended, audio_seconds)
