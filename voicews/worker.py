@@ -56,7 +56,7 @@ OVERLOAD_LATE = 0.05
 time, past which the worker is overloaded (once there are at least ``_MIN_LATE``)."""
 WINDOW = 10.0
 _MIN_LATE = 3
-WAIT_HALF_LIFE = 4.0
+WAIT_HALF_LIFE = 1.0
 """Seconds in which the queue wait last seen counts half as much: a wait seen in a burst says
 less and less of a worker that has not made anyone wait since."""
 _INITIAL_COST = 0.1  # lane-seconds of compute per second of audio, until measured
