@@ -36,13 +36,14 @@ import shlex
 import tempfile
 import time
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 
 from common import REPLIES, json_safe, source_version
 from harness import (
     STALL_MS,
     BurstSummary,
+    Check,
     CpuMark,
     LoadSummary,
     ServerProcess,
@@ -68,16 +69,6 @@ GOAL_N = 16
 GOAL_BURST_TTFA_P95_MS = 500.0
 GOAL_STAGGERED_TTFA_P95_MS = 300.0
 GOAL_LONE_TTFA_MS = 130.0
-
-
-@dataclass
-class Check:
-    ok: bool | None  # None: not measured
-    text: str
-
-    def __str__(self) -> str:
-        mark = {True: "ok  ", False: "MISS", None: "??  "}[self.ok]
-        return f"  [{mark}] {self.text}"
 
 
 # --- tables -------------------------------------------------------------------------------------

@@ -51,13 +51,14 @@ import os
 import tempfile
 import time
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from itertools import pairwise
 from pathlib import Path
 
 from common import REPLIES, json_safe, rate_list, source_version
 from harness import (
     CONVERSATION_REPLIES,
+    Check,
     CpuMark,
     LoadSummary,
     MemorySummary,
@@ -93,16 +94,6 @@ OTHER_LOAD_WARN = 0.1
 
 
 # --- reporting --------------------------------------------------------------------------------
-
-
-@dataclass
-class Check:
-    ok: bool | None  # None: cannot tell
-    text: str
-
-    def __str__(self) -> str:
-        mark = {True: "ok  ", False: "MISS", None: "??  "}[self.ok]
-        return f"  [{mark}] {self.text}"
 
 
 def ttfa_table(ttfa: dict[tuple[str, float], TtfaSummary], rates: Sequence[float]) -> str:

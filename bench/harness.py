@@ -77,6 +77,18 @@ BURST_REPLIES: tuple[str, ...] = (
 
 
 @dataclass
+class Check:
+    """A goal met (``ok``), missed, or not measured (None), as the benches print it."""
+
+    ok: bool | None
+    text: str
+
+    def __str__(self) -> str:
+        mark = {True: "ok  ", False: "MISS", None: "??  "}[self.ok]
+        return f"  [{mark}] {self.text}"
+
+
+@dataclass
 class Playback:
     """What the simulated player did with one turn's audio; seconds from the first delta."""
 

@@ -351,13 +351,21 @@ def staggered(
     policy: Policy, machine: Machine, n: int, turns: int, rate: float, jitter_s: float, seed: int
 ) -> LoadSummary:
     sim = Simulation(policy, machine, jitter_s)
+    converse(sim, policy.name, n, turns, rate, seed)
+    wall = max((t.done_at or 0.0) for t in sim.turns)
+    return LoadSummary.of(n, sim.turns, sim.lane_seconds, wall, 0.0)
+
+
+def converse(sim: Simulation, name: str, n: int, turns: int, rate: float, seed: int) -> None:
+    """``n`` conversations starting within 1.5 s (one alone at once), ``turns`` replies each,
+    the next asked for 0.5-1.5 s after the last was heard; run to the end."""
     rng = random.Random(seed)
     spoken: dict[int, int] = {}
 
     def next_turn(conv: SimSession) -> None:
         k = spoken.get(conv.index, 0)
         reply = (conv.index + k) % len(CONVERSATION_REPLIES)
-        turn = Turn(policy.name, "sweep", rate, reply, repeat=k, n=n, conversation=conv.index)
+        turn = Turn(name, "sweep", rate, reply, repeat=k, n=n, conversation=conv.index)
         spoken[conv.index] = k + 1
         sim.speak(conv, turn, CONVERSATION_REPLIES[reply], rate)
 
@@ -369,10 +377,8 @@ def staggered(
     sim.on_turn_done = done
     for i in range(n):
         conv = sim.conversation(i)
-        sim.at(rng.uniform(0.0, 1.5), lambda c=conv: next_turn(c))
+        sim.at(rng.uniform(0.0, 1.5) if n > 1 else 0.0, lambda c=conv: next_turn(c))
     sim.run()
-    wall = max((t.done_at or 0.0) for t in sim.turns)
-    return LoadSummary.of(n, sim.turns, sim.lane_seconds, wall, 0.0)
 
 
 # --- main ------------------------------------------------------------------------------------

@@ -18,12 +18,11 @@ the engine's prior: Piper's at 1x, Kokoro's at 10x and more; cuts that fit the a
 from __future__ import annotations
 
 import argparse
-import random
 import statistics
 from collections.abc import Callable, Sequence
 
-from harness import CONVERSATION_REPLIES, Turn, fmt, int_list, percentile, render
-from simulate import POLICIES, RATE, EngineModel, Machine, SimSession, Simulation
+from harness import Turn, fmt, int_list, percentile, render
+from simulate import POLICIES, RATE, EngineModel, Machine, Simulation, converse
 
 from voicews.cost import PRIORS, Cost
 from voicews.segmenter import Fit, Urgency
@@ -89,29 +88,10 @@ def conversations(
     rate: float,
     seed: int,
 ) -> list[Turn]:
-    """``n`` conversations starting within 1.5 s, ``turns`` replies each, the next asked for
-    0.5-1.5 s after the last was heard; every turn's audio played with no jitter buffer."""
+    """``simulate.converse``'s conversations on the planned worker, with ``engine`` and
+    ``pacing``; every turn's audio played with no jitter buffer."""
     sim = Simulation(POLICIES["planned"], Machine(), 0.0, engine, pacing)
-    rng = random.Random(seed)
-    spoken: dict[int, int] = {}
-
-    def next_turn(conv: SimSession) -> None:
-        k = spoken.get(conv.index, 0)
-        reply = (conv.index + k) % len(CONVERSATION_REPLIES)
-        turn = Turn("sim", "sweep", rate, reply, repeat=k, n=n, conversation=conv.index)
-        spoken[conv.index] = k + 1
-        sim.speak(conv, turn, CONVERSATION_REPLIES[reply], rate)
-
-    def done(conv: SimSession, turn: Turn) -> None:
-        if spoken[conv.index] < turns and turn.first_delta_at is not None:
-            heard = turn.first_delta_at + (turn.playback.end_s or 0.0)
-            sim.at(max(sim.now, heard) + rng.uniform(0.5, 1.5), lambda: next_turn(conv))
-
-    sim.on_turn_done = done
-    for i in range(n):
-        conv = sim.conversation(i)
-        sim.at(rng.uniform(0.0, 1.5) if n > 1 else 0.0, lambda c=conv: next_turn(c))
-    sim.run()
+    converse(sim, "sim", n, turns, rate, seed)
     return sim.turns
 
 

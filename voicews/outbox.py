@@ -10,31 +10,9 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Iterable, Iterator
 
-from .protocol import (
-    AudioFrame,
-    Error,
-    Pong,
-    ReplyDelta,
-    SegmentStarted,
-    SessionCreated,
-    SessionUpdated,
-    TurnDone,
-    TurnStarted,
-    Words,
-)
+from .protocol import AudioFrame, SegmentStarted, ServerMessage, Words
 
-Outgoing = (
-    SessionCreated
-    | SessionUpdated
-    | TurnStarted
-    | ReplyDelta
-    | SegmentStarted
-    | Words
-    | TurnDone
-    | Error
-    | Pong
-    | AudioFrame
-)
+Outgoing = ServerMessage | AudioFrame
 
 
 class Outbox:

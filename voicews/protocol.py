@@ -293,7 +293,7 @@ class Error(_Event):
     turn_id: str | None = None
 
 
-ServerEvent = Annotated[
+ServerMessage = (
     SessionCreated
     | SessionUpdated
     | TurnStarted
@@ -302,9 +302,9 @@ ServerEvent = Annotated[
     | Words
     | TurnDone
     | Error
-    | Pong,
-    Field(discriminator="type"),
-]
+    | Pong
+)
+ServerEvent = Annotated[ServerMessage, Field(discriminator="type")]
 SERVER_TYPES = (
     "session_created", "session_updated", "turn_started", "reply_delta", "segment", "words",
     "turn_done", "error", "pong",
