@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import ctypes
 import gc
 import os
 import re
@@ -69,8 +71,17 @@ class Resources:
 ARENA_SLACK = 64 * 2**20
 
 
+def _trim_native_heap() -> None:
+    """Give glibc's free pages back to the system, so RSS shows what is held, not what earlier
+    tests' allocations left fragmented (in a full run the soak's RSS stepped 46 then 70 MiB with
+    the Python heap flat, against 7 and 2 MiB run alone)."""
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+
+
 def resources() -> Resources:
     gc.collect()
+    _trim_native_heap()
     with open("/proc/self/statm") as f:
         rss = int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
     return Resources(
