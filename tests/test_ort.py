@@ -7,8 +7,15 @@ import threading
 
 import numpy as np
 import onnx
+import pytest
 
-from voicews.engines.ort import SHARED_BYTES, LaneSessions, external_weights, lane_session
+from voicews.engines.ort import (
+    CALM,
+    SHARED_BYTES,
+    LaneSessions,
+    external_weights,
+    lane_session,
+)
 from voicews.engines.piper import bundled_voice, with_durations
 
 FEEDS = {
@@ -38,6 +45,22 @@ def test_a_lone_inference_may_use_every_core_and_side_by_side_ones_one_each() ->
         assert options.get_session_config_entry("session.intra_op.allow_spinning") == "0"
         assert options.get_session_config_entry("session.use_env_allocators") == "1"
     assert [s.get_session_options().intra_op_num_threads for s in sessions._idle] == [1, 1]
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="one core: nothing to spin for")
+def test_a_lone_inference_spins_its_threads_only_while_inferences_have_run_alone() -> None:
+    sessions = LaneSessions(with_durations(bundled_voice()), narrow=2)
+    spinning = sessions._spinning.get_session_options()
+    assert spinning.intra_op_num_threads == len(os.sched_getaffinity(0))
+    for key in ("session.intra_op.allow_spinning", "session.force_spinning_stop"):
+        assert spinning.get_session_config_entry(key) == "1"
+    narrow = sessions._idle[-1]
+    assert sessions._choose(now=100.0) is sessions._spinning  # alone, and always was
+    assert sessions._choose(now=100.1) is narrow  # beside it: a narrow one, and crowded
+    sessions._running = 0
+    assert sessions._choose(now=100.1 + CALM / 2) is sessions._wide  # alone, but crowded lately
+    sessions._running = 0
+    assert sessions._choose(now=100.1 + CALM) is sessions._spinning  # calm again
 
 
 def test_inferences_side_by_side_give_what_one_alone_gives() -> None:

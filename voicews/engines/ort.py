@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import math
 import os
 import threading
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -19,6 +21,11 @@ SHARED_BYTES = 1 << 16
 overridden layer-norm weight broke onnxruntime 1.32's graph optimizer)."""
 
 ALIGN = 4096
+
+CALM = 2.0
+"""Seconds without two inferences at once after which one that runs alone spins its threads:
+a lone two-word inference then took 38 against 45 ms. Spinning beside other inferences takes
+their cores (a 16-conversation burst: first audio p95 678 against 634 ms)."""
 
 
 def external_weights(model: Path) -> Path:
@@ -89,7 +96,9 @@ class LaneSessions:
     """onnxruntime sessions of one model that share its weights and one memory arena: a wide one
     that uses every core, for an inference that runs alone, and a single-threaded one per
     inference side by side (inferences side by side on one session's threads contend: 15-20%
-    more time and CPU than on single-threaded sessions). ``run`` is ``InferenceSession.run``'s."""
+    more time and CPU than on single-threaded sessions). The wide one comes twice: with threads
+    that spin while it runs, once inferences have run alone for ``CALM`` seconds, and with
+    threads that sleep. ``run`` is ``InferenceSession.run``'s."""
 
     def __init__(self, model: Path, narrow: int | None = None) -> None:
         cores = len(os.sched_getaffinity(0))
@@ -98,17 +107,20 @@ class LaneSessions:
         self._initializers = _shared_initializers(self._model)
         self._lock = threading.Lock()
         self._running = 0
+        self._crowded = -math.inf  # when an inference last started beside another
         self._wide = self._session(cores)
+        self._spinning = self._session(cores, spin=True) if cores > 1 else self._wide
         self._idle = [self._session(1) for _ in range(cores if narrow is None else narrow)]
 
-    def _session(self, threads: int) -> InferenceSession:
+    def _session(self, threads: int, spin: bool = False) -> InferenceSession:
         import onnxruntime
 
         options = onnxruntime.SessionOptions()
         options.intra_op_num_threads = threads
-        # Pool threads sleep when out of work: spinning doubled the CPU per second of audio of
-        # two-thread inferences on a busy 2-core machine, for no gain in speed.
-        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        # Pool threads sleep when out of work (spinning doubled the CPU per second of audio of
+        # two-thread inferences on a busy 2-core machine), or spin until the inference ends.
+        options.add_session_config_entry("session.intra_op.allow_spinning", "1" if spin else "0")
+        options.add_session_config_entry("session.force_spinning_stop", "1" if spin else "0")
         options.add_session_config_entry("session.use_env_allocators", "1")
         for name, value in self._initializers.items():
             options.add_initializer(name, value)
@@ -118,9 +130,7 @@ class LaneSessions:
 
     def run(self, output_names: list[str] | None, feeds: dict[str, Any]) -> list[Any]:
         with self._lock:
-            alone = self._running == 0
-            self._running += 1
-            session = self._wide if alone else (self._idle.pop() if self._idle else None)
+            session = self._choose(time.monotonic())
         try:
             if session is None:  # more inferences at once than sessions made: one more
                 session = self._session(1)
@@ -129,8 +139,17 @@ class LaneSessions:
         finally:
             with self._lock:
                 self._running -= 1
-                if session is not None and session is not self._wide:
+                if session is not None and session not in (self._wide, self._spinning):
                     self._idle.append(session)
+
+    def _choose(self, now: float) -> InferenceSession | None:
+        """With the lock held: the session for an inference starting ``now`` (None: make one)."""
+        alone = self._running == 0
+        self._running += 1
+        if not alone:
+            self._crowded = now
+            return self._idle.pop() if self._idle else None
+        return self._spinning if now - self._crowded >= CALM else self._wide
 
 
 _arena_lock = threading.Lock()
