@@ -57,9 +57,9 @@ def test_a_lone_inference_spins_its_threads_only_while_inferences_have_run_alone
     narrow = sessions._idle[-1]
     assert sessions._choose(now=100.0) is sessions._spinning  # alone, and always was
     assert sessions._choose(now=100.1) is narrow  # beside it: a narrow one, and crowded
-    sessions._running = 0
+    sessions._inferences.running = 0
     assert sessions._choose(now=100.1 + CALM / 2) is sessions._wide  # alone, but crowded lately
-    sessions._running = 0
+    sessions._inferences.running = 0
     assert sessions._choose(now=100.1 + CALM) is sessions._spinning  # calm again
 
 
@@ -82,7 +82,7 @@ def test_inferences_side_by_side_give_what_one_alone_gives() -> None:
     assert len(results) == 12
     for audio in results:
         np.testing.assert_allclose(audio, alone, atol=1e-4)
-    assert sessions._running == 0
+    assert sessions._inferences.running == 0
 
 
 def test_kokoros_shared_session_may_use_every_core_and_its_pool_threads_sleep() -> None:

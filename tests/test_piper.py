@@ -10,7 +10,15 @@ import numpy as np
 import pytest
 
 from voicews.engines.base import SynthesisOptions
-from voicews.engines.piper import PiperEngine, bundled_voice
+from voicews.engines.piper import (
+    CONTEXT,
+    FIRST_WINDOW,
+    PiperEngine,
+    bundled_voice,
+    split_at_decoder,
+    windows,
+    with_durations,
+)
 from voicews.engines.piper_words import MAX_PHONEMES, inference_chunks, phonemize
 
 
@@ -89,3 +97,44 @@ def test_speed_divides_each_phonemes_duration(engine: PiperEngine) -> None:
     print(", ".join(f"speed {speed}: {ratio[speed]:.2f}x the duration" for speed in speeds))
     assert 3.2 < ratio[0.25] < 4.0 and 1.7 < ratio[0.5] < 1.95
     assert 0.55 < ratio[2.0] < 0.7 and 0.42 < ratio[4.0] < 0.58
+
+
+def test_a_sentence_is_decoded_whole_unless_a_listener_waits_on_a_long_enough_one() -> None:
+    assert windows(100, eager=False) == [(0, 100)]
+    assert windows(100, eager=True) == [(0, FIRST_WINDOW), (FIRST_WINDOW, 100)]
+    assert windows(2 * FIRST_WINDOW - 1, eager=True) == [(0, 2 * FIRST_WINDOW - 1)]
+
+
+def test_the_voice_is_cut_at_its_generators_one_input() -> None:
+    import onnx
+
+    split = split_at_decoder(with_durations(bundled_voice()))
+    assert split is not None
+    front, decoder = (onnx.load(str(path), load_external_data=False).graph for path in split)
+    assert [o.name for o in front.output][1:] == ["/Ceil_output_0"]  # the durations stay
+    assert [i.name for i in decoder.input] == [front.output[0].name]
+    assert {n.name.split("/")[1] for n in decoder.node} <= {"dec", "Unsqueeze_11"}
+    assert split_at_decoder(with_durations(bundled_voice())) == split  # made once
+
+
+def test_windows_decoded_with_context_give_the_whole_sentences_audio(engine: PiperEngine) -> None:
+    ids = engine._voice.phonemes_to_ids(phonemize(engine._voice, "Good question, let me see.")[0])
+    latents, _ = engine._voice.phoneme_ids_to_audio(ids, include_alignments=True)
+    latents = latents[np.newaxis]
+    frames = latents.shape[2]
+    assert frames > 2 * FIRST_WINDOW + 2 * CONTEXT
+    whole = engine.decode(latents, (0, frames))
+    assert len(whole) == frames * 256
+    parts = [engine.decode(latents, window) for window in windows(frames, eager=True)]
+    assert [len(p) for p in parts] == [FIRST_WINDOW * 256, (frames - FIRST_WINDOW) * 256]
+    error = np.concatenate(parts) - whole
+    assert 10 * np.log10(np.sum(whole**2) / np.sum(error**2)) > 90  # dB: the same waveform
+
+
+def test_an_eager_segment_gives_its_first_window_first(engine: PiperEngine) -> None:
+    text = "I have booked you with the doctor. It is at ten."
+    eager = [x for x in engine.synthesize(text, SynthesisOptions(eager=True))]
+    plain = [x for x in engine.synthesize(text, SynthesisOptions())]
+    assert len(eager[0]) == FIRST_WINDOW * 256
+    assert [type(x).__name__ for x in eager] == ["ndarray"] * 3 + ["WordStarts"]
+    assert [type(x).__name__ for x in plain] == ["ndarray"] * 2 + ["WordStarts"]

@@ -91,10 +91,10 @@ def test_turn_runs_to_done_with_ordered_frames() -> None:
     s.handle(TurnReset(turn_id="t1"), 0.0)
     s.handle(TextDelta(text="Hello there, how are you today? I am"), 0.0)
     first = one(s)
-    assert (first.text, first.first) == ("Hello there,", True)
+    assert (first.text, first.first, first.options.eager) == ("Hello there,", True, True)
     synthesize(s, first, 0.8, 0.05)
     second = one(s)  # the next sentence is already complete
-    assert (second.text, second.first) == ("how are you today?", False)
+    assert (second.text, second.first, second.options.eager) == ("how are you today?", False, False)
     s.handle(TextDelta(text=" fine."), 0.1)
     s.handle(EndText(), 0.1)
     assert s.take_submissions() == []  # one job in flight per session

@@ -528,7 +528,7 @@ class Session:
             job_id=next(self._job_ids),
             turn_id=turn.id,
             text=speakable(segment.text),  # URLs shortened, one word each still
-            options=self._options,
+            options=replace(self._options, eager=True) if first else self._options,
             first=first,
             deadline=now if first or end is None else end,
             submitted_at=now,

@@ -19,6 +19,9 @@ class SynthesisOptions:
     """For engines that decode in windows: latent frames per window (None: the engine's)."""
     overlap_frames: int | None = None
     """For engines that decode in windows: frames of context shared by adjacent windows."""
+    eager: bool = False
+    """A listener waits on this audio (a turn's first segment): an engine that can give its
+    first audio sooner for a little more compute (Piper: its first window) does so."""
 
 
 @dataclass(frozen=True, slots=True)

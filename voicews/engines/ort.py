@@ -92,22 +92,49 @@ def lane_session(model: Path) -> InferenceSession:
     )
 
 
+class Inferences:
+    """The inferences running at once on the sessions of one engine (the models of a voice cut
+    in two count together), and when one last started beside another."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.running = 0
+        self.crowded = -math.inf
+
+    def start(self, now: float) -> tuple[bool, bool]:
+        """With ``lock`` held: one starts ``now``; whether it runs alone, and whether it is
+        ``calm``."""
+        calm = self.calm(now)
+        alone = self.running == 0
+        self.running += 1
+        if not alone:
+            self.crowded = now
+        return alone, calm
+
+    def calm(self, now: float) -> bool:
+        """None runs now, and none started beside another for ``CALM`` seconds (``lock``
+        held, or a glance)."""
+        return self.running == 0 and now - self.crowded >= CALM
+
+
 class LaneSessions:
     """onnxruntime sessions of one model that share its weights and one memory arena: a wide one
     that uses every core, for an inference that runs alone, and a single-threaded one per
     inference side by side (inferences side by side on one session's threads contend: 15-20%
     more time and CPU than on single-threaded sessions). The wide one comes twice: with threads
     that spin while it runs, once inferences have run alone for ``CALM`` seconds, and with
-    threads that sleep. ``run`` is ``InferenceSession.run``'s."""
+    threads that sleep. ``run`` is ``InferenceSession.run``'s; ``inferences`` is shared by the
+    sessions of the models one engine runs."""
 
-    def __init__(self, model: Path, narrow: int | None = None) -> None:
+    def __init__(
+        self, model: Path, narrow: int | None = None, inferences: Inferences | None = None
+    ) -> None:
         cores = len(os.sched_getaffinity(0))
         _register_arena()
         self._model = external_weights(model)
         self._initializers = _shared_initializers(self._model)
-        self._lock = threading.Lock()
-        self._running = 0
-        self._crowded = -math.inf  # when an inference last started beside another
+        self._inferences = inferences or Inferences()
+        self._lock = self._inferences.lock
         self._wide = self._session(cores)
         self._spinning = self._session(cores, spin=True) if cores > 1 else self._wide
         self._idle = [self._session(1) for _ in range(cores if narrow is None else narrow)]
@@ -138,18 +165,21 @@ class LaneSessions:
             return outputs
         finally:
             with self._lock:
-                self._running -= 1
+                self._inferences.running -= 1
                 if session is not None and session not in (self._wide, self._spinning):
                     self._idle.append(session)
 
+    def get_inputs(self) -> list[Any]:
+        """The model's inputs, as ``InferenceSession.get_inputs`` gives them."""
+        inputs: list[Any] = self._wide.get_inputs()
+        return inputs
+
     def _choose(self, now: float) -> InferenceSession | None:
         """With the lock held: the session for an inference starting ``now`` (None: make one)."""
-        alone = self._running == 0
-        self._running += 1
+        alone, calm = self._inferences.start(now)
         if not alone:
-            self._crowded = now
             return self._idle.pop() if self._idle else None
-        return self._spinning if now - self._crowded >= CALM else self._wide
+        return self._spinning if calm else self._wide
 
 
 _arena_lock = threading.Lock()
