@@ -70,7 +70,7 @@ class TodayPacing:
             return Urgency.URGENT
         return Urgency.RELAXED
 
-    def fit(self, ahead: float) -> Fit | None:
+    def fit(self, ahead: float, critical: bool = False) -> Fit | None:
         return None
 
 

@@ -94,18 +94,24 @@ class Pacing:
             return Urgency.URGENT
         return Urgency.RELAXED
 
-    def fit(self, ahead: float) -> Fit:
+    def fit(self, ahead: float, critical: bool = False) -> Fit:
         """How long the next cut may be with ``ahead`` seconds left, and how short.
 
-        The most: synthesized within the audio left, less the whole margin, even once
-        critical (cuts fitted to a third of it stalled more listeners in the simulation,
-        ``bench/simulate.py``'s staggered conversations, than the shorter cuts this makes).
+        The most: synthesized within the audio left, less the margin; once ``critical``, less
+        two thirds of it. With the whole margin nothing fits at the critical time (it leaves
+        the pending text's latency and a third of the margin), and the shortest piece went
+        out: one word at a time, 18 of 50 later segments of a lone conversation, against 8 of
+        44 with two thirds (``bench/capacity.py``, one A/B run; 16 staggered conversations: 57
+        of 251 against 37 of 231). With a third, 2 of 40, but a lone conversation heard gaps
+        of 20-38 ms (two runs), and ``bench/slow_engine.py`` stalled more (1x, N = 4: 8
+        stalls against 2); two thirds stalled no more than the whole margin in either.
         The least: a piece of ``c`` characters gives ``r * c`` seconds of audio for
         ``a + b * c`` of latency (the queue wait counted with ``a``), so it gains ground on
         the listener only past ``a / (r - b)`` characters.
         """
         wait = self._wait + self._late
-        most = self._cost.chars_within(ahead + _SLACK - self._margin - wait)
+        margin = self._margin * 2 / 3 if critical else self._margin
+        most = self._cost.chars_within(ahead + _SLACK - margin - wait)
         gain = self._audio_per_char - self._cost.per_char
         least = math.ceil((self._cost.fixed + wait) / gain) if gain > 0 else self._max_chars
         return Fit(most=max(most, 0), least=least)

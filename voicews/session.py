@@ -519,7 +519,7 @@ class Session:
             return Urgency.FLUSH, None
         ahead = turn.listener.left(now) + self.outbox.samples / turn.listener.sample_rate
         urgency = self._pacing.urgency(ahead, turn.segmenter.pending_chars)
-        return urgency, self._pacing.fit(ahead)
+        return urgency, self._pacing.fit(ahead, urgency is Urgency.CRITICAL)
 
     def _submit(self, turn: Turn, segment: Segment, now: float) -> None:
         first = not turn.first_submitted
