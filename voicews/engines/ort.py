@@ -24,8 +24,9 @@ ALIGN = 4096
 
 CALM = 2.0
 """Seconds without two inferences at once after which one that runs alone spins its threads:
-a lone two-word inference then took 38 against 45 ms. Spinning beside other inferences takes
-their cores (a 16-conversation burst: first audio p95 678 against 634 ms)."""
+a lone first segment's inference then took 42 against 49 ms (traced, median of 15). Spinning
+beside other inferences takes their cores (a 16-conversation burst: first audio p95 678 against
+634 ms)."""
 
 
 def external_weights(model: Path) -> Path:
