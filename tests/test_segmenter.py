@@ -2,7 +2,16 @@ from __future__ import annotations
 
 import pytest
 
-from voicews.segmenter import Boundary, Fit, Segmenter, SegmenterConfig, Urgency, speakable
+from voicews.segmenter import (
+    SPOKEN_EXTRA,
+    Boundary,
+    Fit,
+    Segmenter,
+    SegmenterConfig,
+    Urgency,
+    speakable,
+    spoken_length,
+)
 
 
 def feed_all(seg: Segmenter, *deltas: str) -> None:
@@ -92,6 +101,24 @@ def test_a_fitted_cut_is_the_first_sentence_if_it_fits_else_the_longest_clause_t
     seg.feed(text)
     got = seg.next_segment(Urgency.URGENT, fit=Fit(most=20, least=5))
     assert got is not None and (got.text, got.boundary) == ("It is sunny,", Boundary.CLAUSE)
+
+
+def test_spoken_length_counts_digits_and_signs_as_the_words_they_are_read_as() -> None:
+    assert spoken_length("Good question.") == 14
+    assert spoken_length("#48213") == 6 + 6 * SPOKEN_EXTRA
+    assert spoken_length("$312.50, 60%") == 12 + 9 * SPOKEN_EXTRA
+
+
+def test_fitted_cuts_and_the_next_segments_length_go_by_spoken_length() -> None:
+    seg = Segmenter(SegmenterConfig(max_chars=40))
+    seg.feed("It is $1,249.99, with tax, and more")
+    # "It is $1,249.99," is 16 characters but 16 + 7 * 6 = 58 spoken: it does not fit in 40.
+    got = seg.next_segment(Urgency.URGENT, fit=Fit(most=40, least=5))
+    assert got is None
+    got = seg.next_segment(Urgency.URGENT, fit=Fit(most=58, least=5))
+    assert got is not None and got.text == "It is $1,249.99,"
+    seg.feed(" words after that, and then some more")
+    assert seg.next_spoken == spoken_length("with tax, and more words after that, and")  # the cap
 
 
 def test_a_critical_fitted_cut_is_the_longest_word_end_that_fits() -> None:

@@ -15,6 +15,7 @@ from functools import partial
 from typing import assert_never
 
 from .outbox import Outgoing
+from .segmenter import spoken_length
 from .session import GenerationRequest, Request, Session, SynthesisRequest
 from .worker import (
     Account,
@@ -128,7 +129,7 @@ class SessionDriver:
                     on_event,
                     first=request.first,
                     account=self._account,
-                    chars=len(request.text),
+                    chars=spoken_length(request.text),
                 )
             case GenerationRequest():
                 assert self._generate is not None, "agent mode without a generator"

@@ -69,12 +69,13 @@ class Pacing:
         return round(self._wait * _CHARS_PER_SECOND * speed)
 
     def guards(self, pending_chars: int) -> tuple[float, float]:
-        """Audio left at which to cut at a clause, and at which to cut at any word.
+        """Audio left at which to cut at a clause, and at which to cut at any word, with
+        ``pending_chars`` (spoken) for the next segment.
 
         Both leave room for synthesizing all the pending text (up to a segment's cap) and for
         the worker's queue as it is lately.
         """
-        latency = self.latency(min(pending_chars, self._max_chars))
+        latency = self.latency(pending_chars)
         return latency + self._margin, latency + self._margin / 3
 
     def cut_times(self, end: float | None, pending_chars: int) -> list[float]:

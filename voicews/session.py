@@ -47,7 +47,7 @@ from .protocol import (
     UserMessage,
     unknown_voice,
 )
-from .segmenter import Fit, Segment, SegmenterConfig, Urgency, speakable
+from .segmenter import Fit, Segment, SegmenterConfig, Urgency, speakable, spoken_length
 from .turn import InFlight, Turn, TurnState
 
 _STALL_TOLERANCE = 0.02  # a frame this late after the listener ran dry counts as a stall
@@ -244,7 +244,7 @@ class Session:
         turn, job = found
         if not job.sounded:
             job.sounded = True
-            self._pacing.observe(now - job.submitted_at, len(job.segment.text))
+            self._pacing.observe(now - job.submitted_at, spoken_length(job.segment.text))
         job.samples += audio.size
         self.outbox.extend(turn.track.push(audio))
 
@@ -269,7 +269,7 @@ class Session:
             self._close_text(writing, now)
         elif (found := self._synthesis(job_id)) is not None:
             turn, job = found
-            self._pacing.heard(len(job.segment.text), job.samples / self.sample_rate)
+            self._pacing.heard(spoken_length(job.segment.text), job.samples / self.sample_rate)
             self.outbox.extend(turn.track.end(job.segment.boundary))
             turn.in_flight = None
             self._pump(now)
@@ -365,7 +365,7 @@ class Session:
         # text: only the duration limit can come.
         if turn.in_flight or self.outbox.full or not turn.segmenter.has_text:
             return limit
-        cuts = self._pacing.cut_times(turn.listener.end, turn.segmenter.pending_chars)
+        cuts = self._pacing.cut_times(turn.listener.end, turn.segmenter.next_spoken)
         times = [limit, *(t for t in cuts if t > now)]
         if turn.state is not TurnState.CLOSED:  # all the text in: nothing to flush
             times.append(turn.last_delta + self.config.idle_flush_ms / 1000)
@@ -518,7 +518,7 @@ class Session:
         if idle:
             return Urgency.FLUSH, None
         ahead = turn.listener.left(now) + self.outbox.samples / turn.listener.sample_rate
-        urgency = self._pacing.urgency(ahead, turn.segmenter.pending_chars)
+        urgency = self._pacing.urgency(ahead, turn.segmenter.next_spoken)
         return urgency, self._pacing.fit(ahead, urgency is Urgency.CRITICAL)
 
     def _submit(self, turn: Turn, segment: Segment, now: float) -> None:

@@ -132,8 +132,8 @@ class Job:
     """Added to ``deadline`` after each step: a long generation yields to segments whose
     listeners run dry sooner, instead of holding its place."""
     chars: int = 0
-    """A segment's length: the compute to its first audio teaches the engine's cost model
-    (0: not a segment)."""
+    """A segment's spoken length (``segmenter.spoken_length``): the compute to its first audio
+    teaches the engine's cost model (0: not a segment)."""
     cancelled: bool = False
     _steps: Iterator[Audio | WordStarts | str] | None = field(default=None, repr=False)
     _submitted: float = field(default=0.0, repr=False)
