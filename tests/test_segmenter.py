@@ -6,6 +6,7 @@ from voicews.segmenter import (
     SPOKEN_EXTRA,
     Boundary,
     Fit,
+    Segment,
     Segmenter,
     SegmenterConfig,
     Urgency,
@@ -34,6 +35,49 @@ def test_first_segment_cuts_at_first_clause_before_next_token() -> None:
     first = seg.next_segment(Urgency.FIRST)
     assert first is not None
     assert (first.text, first.boundary) == ("Hello there,", Boundary.CLAUSE)
+
+
+@pytest.mark.parametrize(
+    ("deltas", "first"),
+    [
+        (("Of", " cou", "rse", "."), "Of course."),
+        (("Sure", " thing", "?"), "Sure thing?"),
+        (("\u201cWell", "!"), "\u201cWell!"),
+        (("Dr", "."), None),  # an abbreviation: "Dr. Smith"
+        (("I", " was", " at", " gate", " 3", "."), "I was"),  # "3." may be "3.5": two words
+        (("I", " mean", " e.g", "."), "I mean"),
+    ],
+)
+def test_a_first_segment_takes_a_sentence_end_before_the_next_token_confirms_it(
+    deltas: tuple[str, ...], first: str | None
+) -> None:
+    seg = Segmenter()
+    feed_all(seg, *deltas)
+    got = seg.next_segment(Urgency.FIRST)
+    assert (got.text if got else None) == first
+
+
+def test_a_later_segment_waits_for_the_token_after_a_sentence_end() -> None:
+    seg = Segmenter()
+    feed_all(seg, "Sure, ", "that is fine", ".")
+    assert seg.next_segment(Urgency.FIRST) == Segment("Sure,", Boundary.CLAUSE)
+    assert seg.next_segment(Urgency.RELAXED) is None  # "fine." may still become "fine..."
+    seg.feed(".. I think")
+    got = seg.next_segment(Urgency.RELAXED)
+    assert got is not None and got.text == "that is fine..."
+
+
+def test_punctuation_is_never_a_piece_alone() -> None:
+    """An ellipsis' rest after a first segment cut early ("Well." then "..") goes with the
+    words after it, not to the engine alone."""
+    seg = Segmenter()
+    feed_all(seg, "Well", ".")
+    assert seg.next_segment(Urgency.FIRST) == Segment("Well.", Boundary.SENTENCE)
+    feed_all(seg, "..", " I", " think", " so.", " And")
+    assert drain(seg) == [".. I think so."]
+    seg.feed(" \u2014")
+    seg.close()
+    assert drain(seg) == ["And \u2014"]
 
 
 def test_first_segment_after_a_few_words_without_punctuation() -> None:

@@ -166,7 +166,7 @@ class Segmenter:
         if not self.has_text:
             self._buf = ""
             return None
-        cuts = self._cuts()
+        cuts = self._cuts(first=urgency is Urgency.FIRST)
         cap = self.config.max_chars
         if urgency is Urgency.FIRST:
             least = 0 if self._closed else min(first_chars, cap)  # closed: all there will be
@@ -264,25 +264,29 @@ class Segmenter:
         boundary = _classify(text.split()[-1]) or Boundary.WORD
         return Segment(text, boundary)
 
-    def _cuts(self) -> list[_Cut]:
-        """Every confirmed place the buffer may be cut, in order."""
+    def _cuts(self, first: bool = False) -> list[_Cut]:
+        """Every confirmed place the buffer may be cut, in order; for a turn's ``first``
+        segment, a sentence end still growing counts too (:func:`_early_boundary`)."""
         buf = self._buf
         lead = len(buf) - len(buf.lstrip())
         cuts: list[_Cut] = []
         extra = 0  # what the tokens so far add to their spoken length
+        said = False  # a letter or digit so far: no piece of punctuation alone (an ellipsis' rest)
         for words, match in enumerate(_TOKEN.finditer(buf), start=1):
             token, end = match.group(), match.end()
             extra += spoken_length(token) - len(token)
+            said = said or any(char.isalnum() for char in token)
             boundary: Boundary | None
-            if self._closed and not buf[end:].strip():
+            final = self._closed and not buf[end:].strip()
+            if final:
                 boundary = Boundary.SENTENCE
             elif end < len(buf):
                 boundary = _classify(token)
                 if boundary is not None and "\n" in buf[end : end + 2]:
                     boundary = Boundary.SENTENCE
             else:
-                boundary = _early_boundary(token)
-            if boundary is not None:
+                boundary = _early_boundary(token, first)
+            if boundary is not None and (said or final):
                 cuts.append(_Cut(end, boundary, words, end - lead, end - lead + extra))
         return cuts
 
@@ -304,16 +308,19 @@ def _classify(token: str) -> Boundary | None:
     return Boundary.WORD
 
 
-def _early_boundary(token: str) -> Boundary | None:
-    """A clause end the last, still growing token already confirms (``there,``)."""
-    if (
-        len(token) >= 2
-        and token[-1] in _EARLY_CLAUSE_END
-        and token[-2].isalpha()
-        and not _URL_LIKE.search(token)
-    ):
+def _early_boundary(token: str, first: bool = False) -> Boundary | None:
+    """A clause end the last, still growing token already confirms (``there,``); for a turn's
+    ``first`` segment, a sentence end too (``course.``, ``see?``), a token sooner, where the
+    word before it is all letters and no abbreviation. Only there: the next token could still
+    turn it into an ellipsis or an interrobang, heard as a sentence end all the same, which is
+    worth the first audio coming one token sooner, not a later segment's."""
+    if len(token) < 2 or not token[-2].isalpha() or _URL_LIKE.search(token):
+        return None
+    if token[-1] in _EARLY_CLAUSE_END:
         return Boundary.CLAUSE
-    return None
+    if not first or token[-1] not in ".!?" or not token[:-1].lstrip(_OPENERS).isalpha():
+        return None
+    return None if token[-1] == "." and _is_abbreviation(token) else Boundary.SENTENCE
 
 
 def _is_abbreviation(core: str) -> bool:
