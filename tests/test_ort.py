@@ -61,6 +61,8 @@ def test_a_lone_inference_spins_its_threads_only_while_inferences_have_run_alone
     assert sessions._choose(now=100.1 + CALM / 2) is sessions._wide  # alone, but crowded lately
     sessions._inferences.running = 0
     assert sessions._choose(now=100.1 + CALM) is sessions._spinning  # calm again
+    sessions._inferences.running = 0
+    assert sessions._choose(now=100.1 + CALM, spin=False) is sessions._wide  # none waits on it
 
 
 def test_inferences_side_by_side_give_what_one_alone_gives() -> None:

@@ -165,11 +165,12 @@ class PiperEngine:
 
     def decode(self, latents: np.ndarray, window: tuple[int, int]) -> Audio:
         """The audio of latent frames ``[start, end)`` of ``latents`` (batch, channels, frames),
-        decoded with ``CONTEXT`` frames of context either side, as the whole would give it."""
+        decoded with ``CONTEXT`` frames of context either side, as the whole would give it;
+        past the first window, on threads that sleep (its audio is already out)."""
         assert self._decoder is not None
         start, end = window
         low, high = max(0, start - CONTEXT), min(latents.shape[2], end + CONTEXT)
         feeds = {self._decoder_input: np.ascontiguousarray(latents[:, :, low:high])}
-        audio: Audio = self._decoder.run(None, feeds)[0].reshape(-1)
+        audio: Audio = self._decoder.run(None, feeds, spin=start == 0)[0].reshape(-1)
         first = (start - low) * self._hop
         return np.clip(audio[first : first + (end - start) * self._hop], -1.0, 1.0)
