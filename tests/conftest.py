@@ -67,7 +67,8 @@ class Resources:
 
 
 # How far RSS may step while the Python heap stays flat: onnxruntime's CPU arena grows by
-# doubling for a larger shape than any before (steps of 15-33 MiB seen here), and keeps it.
+# doubling for a larger shape than any before (steps of 15-33 MiB seen here, and now and then
+# one of 100-140 MiB: test_soak allows that once), and keeps it.
 ARENA_SLACK = 64 * 2**20
 
 

@@ -15,15 +15,18 @@ from loadtest import soak
 
 SESSIONS, TURNS = 8, 4
 """Per phase: 32 conversation turns, every session's last one cut by a barge-in (and a turn
-after it), beside every attack; about 12 s of server CPU, so the three phases stay near a
-minute on a loaded two-core machine."""
+after it), beside every attack; about 12 s of server CPU, so the four phases stay near a
+minute and a half on a loaded two-core machine."""
 
 
 async def test_soak_with_attackers_keeps_memory_fds_tasks_and_threads_flat() -> None:
-    """Three equal phases of load, each with every attack once alongside; after the first two
+    """Four equal phases of load, each with every attack once alongside. After the first two
     (warm-up: native allocator arenas and onnxruntime buffers grow for a while, then stay),
-    the third must not grow the Python heap, file descriptors, tasks or threads, and RSS only
-    within what arenas do. After each phase every session slot and connection is free."""
+    the last two must not grow the Python heap, file descriptors, tasks or threads. RSS may
+    step once, in either: onnxruntime's arena doubles when a peak outgrows it, in a step of up
+    to 140 MiB, in a phase that varies from run to run (seven phases, five runs: four stepped
+    once, in the fourth to the sixth phase, then stayed flat; one never did); a leak grows in
+    both. After each phase every session slot and connection is free."""
     config = replace(
         with_session(max_messages_per_second=10_000),
         ping_interval=1.0,
@@ -34,7 +37,7 @@ async def test_soak_with_attackers_keeps_memory_fds_tasks_and_threads_flat() -> 
         assert srv.app is not None
         samples = []
         with tracing_heap():
-            for phase in range(3):
+            for phase in range(4):
                 report, _ = await asyncio.wait_for(
                     asyncio.gather(
                         soak(
@@ -56,7 +59,7 @@ async def test_soak_with_attackers_keeps_memory_fds_tasks_and_threads_flat() -> 
                 await asyncio.sleep(0.3)
                 samples.append(resources())
         print("soak phases: " + "; ".join(map(str, samples)))
-        before, after = samples[1], samples[2]
+        before, middle, after = samples[1:]
         assert after.heap - before.heap < 2**20  # what our code holds: nothing per turn
-        assert after.rss - before.rss < ARENA_SLACK
+        assert min(middle.rss - before.rss, after.rss - middle.rss) < ARENA_SLACK
         assert (after.fds, after.tasks, after.threads) == (before.fds, before.tasks, before.threads)
