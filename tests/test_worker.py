@@ -428,6 +428,29 @@ def test_two_lanes_run_two_jobs_at_once_from_the_one_queue() -> None:
     assert engine.threads == {"voicews-compute", "voicews-compute-1"}
 
 
+def test_a_pinned_job_is_taken_and_closed_only_by_the_lane_that_started_it() -> None:
+    """A generation's generator holds thread-bound state (mlx-lm's stream context fails when
+    closed on another thread): once a lane has run its first step, no other lane takes it, or
+    closes it when it is cancelled."""
+    worker = ComputeWorker(lambda: Costed(concurrent=True), lanes=2)  # not started: one lane here
+    rec = Recorder()
+    here, elsewhere = threading.get_ident(), -1
+    reply = rec.job("reply", synthesis("a", SynthesisOptions()))
+    reply.pinned = True
+    other = rec.job("other", synthesis("b", SynthesisOptions()), deadline=1.0)
+    with worker._cond:
+        worker._queue = [reply, other]
+        taken, _ = worker._take()
+        assert taken is reply and reply._lane == here  # pinned to the lane that took it
+        reply._lane = elsewhere  # as if another lane had run its first step
+        worker._queue = [reply, other]
+        assert worker._take() == (other, [])  # due later, but the one this lane may take
+        reply.cancelled = other.cancelled = True
+        worker._queue = [reply, other]
+        assert worker._take() == (None, [other])  # the pinned one is closed on its own lane
+        assert worker._queue == [reply]
+
+
 def test_a_held_back_account_never_takes_the_last_free_lane(clock: FakeClock) -> None:
     """Past its allowance an account's jobs use the lanes but one, so a listener's job never
     waits for one of theirs to finish."""

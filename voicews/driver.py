@@ -134,7 +134,9 @@ class SessionDriver:
             case GenerationRequest():
                 assert self._generate is not None, "agent mode without a generator"
                 work = self._generate(request)
-                return Job(work, self.now(), on_event, deadline_step=TOKEN_DEADLINE_STEP)
+                return Job(
+                    work, self.now(), on_event, deadline_step=TOKEN_DEADLINE_STEP, pinned=True
+                )
             case _:
                 assert_never(request)
 

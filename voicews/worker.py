@@ -134,7 +134,11 @@ class Job:
     chars: int = 0
     """A segment's spoken length (``segmenter.spoken_length``): the compute to its first audio
     teaches the engine's cost model (0: not a segment)."""
+    pinned: bool = False
+    """Every step, and the close, on the lane that ran its first: its generator holds state
+    bound to that thread (mlx-lm's stream context, which fails when closed on another)."""
     cancelled: bool = False
+    _lane: int | None = field(default=None, repr=False)  # the thread it is pinned to
     _steps: Iterator[Audio | WordStarts | str] | None = field(default=None, repr=False)
     _submitted: float = field(default=0.0, repr=False)
     _sounded: bool = field(default=False, repr=False)
@@ -271,7 +275,7 @@ class ComputeWorker:
         with self._cond:
             job._submitted = self._clock()
             self._queue.append(job)
-            self._cond.notify()
+            self._cond.notify_all()  # a pinned job waits for its own lane
 
     @staticmethod
     def cancel(job: Job) -> None:
@@ -332,17 +336,24 @@ class ComputeWorker:
     def _take(self) -> tuple[Job | None, list[Job]]:
         """With the lock held: the job due first that may start now, or None and the
         cancelled jobs to close (none when stopping)."""
+        lane = threading.get_ident()
         while not self._stopping:
-            dropped = [job for job in self._queue if job.cancelled]
+            dropped = [job for job in self._queue if job.cancelled and job._lane in (None, lane)]
             if dropped:
-                self._queue = [job for job in self._queue if not job.cancelled]
+                self._queue = [job for job in self._queue if job not in dropped]
                 return None, dropped
             now = self._clock()
-            startable = (job for job in self._queue if self._may_start(job, now))
+            startable = (
+                job
+                for job in self._queue
+                if job._lane in (None, lane) and self._may_start(job, now)
+            )
             job = min(startable, key=Job.due, default=None)  # ties: the one queued first
             if job is not None:
                 self._queue.remove(job)
                 self._running += 1
+                if job.pinned:
+                    job._lane = lane
                 if job._steps is None and not job.first:  # it starts now, after its wait
                     wait, lately = now - job._submitted, self._waited(now)
                     self._wait = wait if wait > lately else 0.9 * lately + 0.1 * wait
@@ -391,7 +402,7 @@ class ComputeWorker:
                 if more:
                     job.deadline += job.deadline_step
                     self._queue.append(job)
-                self._cond.notify()  # a lane that waited for this one, or for the job
+                self._cond.notify_all()  # a lane that waited for this one, or for the job
 
     def _step(self, engine: Engine, job: Job) -> tuple[bool, float]:
         """Run one step of ``job``: whether it has more to do, and the seconds of audio the
