@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from websockets.sync.client import ClientConnection, connect
 
@@ -106,8 +106,23 @@ def tone(seconds: float) -> np.ndarray:
     return (0.3 * np.sin(2 * np.pi * 180 * t)).astype(np.float32)
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+# Seeded (derandomize): the same 300 cases each run, so CI never fails on a case found by chance.
+@settings(
+    max_examples=300,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+    derandomize=True,
+)
 @given(actions)
+@example(  # a closed turn's last piece, too long to fit, waits for its critical cut's timer
+    [
+        '{"type": "turn_reset", "turn_id": "a"}',
+        '{"type": "text_delta", "text": "0"}',
+        Advance(1.0),
+        '{"type": "text_delta", "text": ":"}',
+        Synthesize(0.125, False),
+    ]
+)
 def test_session_survives_any_sequence_of_frames(steps: list[object]) -> None:
     session = Session("fuzz", 22050, SessionConfig(max_pending_text_chars=200))
     now, in_flight, sent = 0.0, [], []
@@ -244,7 +259,10 @@ def until_pong(ws: ClientConnection, probe: str) -> list[object]:
 
 
 @settings(
-    max_examples=120, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+    max_examples=120,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
+    derandomize=True,
 )
 @given(frame=frames)
 def test_server_answers_any_frame_and_stays_up(
