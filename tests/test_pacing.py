@@ -34,6 +34,18 @@ def test_urgency_rises_as_the_audio_left_falls() -> None:
     assert pacing.cut_times(None, 40) == []  # nothing played yet
 
 
+def test_an_idle_worker_relaxes_into_clause_cuts_but_never_past_urgent() -> None:
+    pacing = paced()
+    clause, word = pacing.guards(pending_chars=40)
+    pacing.engine(COST, 0.0, idle=True)
+    assert pacing.urgency(clause + 0.01, 40) is Urgency.IDLE
+    assert pacing.urgency(clause, 40) is Urgency.URGENT
+    assert pacing.urgency(word, 40) is Urgency.CRITICAL
+    slow = Cost(fixed=0.5, per_char=0.1)  # slower than real time: whole sentences still
+    pacing.engine(slow, 0.0, idle=True)
+    assert pacing.urgency(10.0, 40) is Urgency.RELAXED
+
+
 def test_what_the_session_waits_beyond_the_cost_rises_at_once_and_decays_slowly() -> None:
     pacing = paced(stall_guard_ms=0)
     pacing.observe(seconds=1.0, chars=20)  # the engine takes 0.2 s: 0.8 s more, at once

@@ -245,6 +245,26 @@ def test_close_makes_the_end_a_sentence_boundary() -> None:
     assert not seg.has_text
 
 
+def test_an_idle_compute_takes_a_clause_of_a_few_words_before_its_sentence_ends() -> None:
+    """The compute idle, the listener with audio in hand: a clause goes now, so the sentence
+    still arriving when the text ends is one clause; a clause too short to be worth an
+    inference of its own waits, as a relaxed cut does."""
+    seg = Segmenter()
+    seg.feed("Sure, we can do")
+    assert seg.next_segment(Urgency.IDLE) is None  # "Sure," is one word
+    seg.feed(" that, and I will open a ticket ")
+    assert seg.next_segment(Urgency.RELAXED) is None  # no sentence end yet
+    got = seg.next_segment(Urgency.IDLE)
+    assert got is not None and (got.text, got.boundary) == (
+        "Sure, we can do that,",
+        Boundary.CLAUSE,
+    )
+    seg.feed("right away. Thanks")
+    got = seg.next_segment(Urgency.IDLE)
+    assert got is not None and got.text == "and I will open a ticket right away."
+    assert seg.next_segment(Urgency.IDLE) is None
+
+
 def test_flush_takes_everything_pending_even_a_partial_word() -> None:
     seg = Segmenter()
     seg.feed("Let me check the weath")

@@ -293,6 +293,18 @@ def test_stall_guard_cuts_at_a_clause_before_the_listener_runs_dry() -> None:
     assert one(s).text == "the forecast for today is sunny,"
 
 
+def test_an_idle_worker_takes_a_clause_while_the_listener_has_audio_in_hand() -> None:
+    """The same text as above with the worker idle: the clause goes at once, not at the
+    stall guard's time."""
+    s = make(stall_guard_ms=400, idle_flush_ms=10_000)
+    s.load(0.0, COST, idle=True)
+    s.handle(TurnReset(turn_id="t1"), 0.0)
+    s.handle(TextDelta(text="Hi, the forecast for today is sunny, warm and "), 0.0)
+    synthesize(s, one(s), 1.0, 0.1)
+    drain(s, 0.1)
+    assert one(s).text == "the forecast for today is sunny,"
+
+
 def test_stall_guard_grows_with_the_synthesis_latency_it_sees() -> None:
     s = make(stall_guard_ms=100, idle_flush_ms=10_000)
     s.load(0.0, COST)

@@ -101,7 +101,7 @@ class SessionDriver:
                 self._worker.cancel(cancelled)
         if session.outbox or session.close_request is not None:
             self._wake.set()
-        session.load(self._worker.queue_wait, self._worker.cost)
+        session.load(self._worker.queue_wait, self._worker.cost, self._worker.idle)
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None

@@ -31,13 +31,15 @@ class Pacing:
         self._max_chars = max_chars
         self._cost = DEFAULT_PRIOR
         self._wait = 0.0
+        self._idle = False
         self._late = 0.0
         self._audio_per_char = 1 / _CHARS_PER_SECOND
 
-    def engine(self, cost: Cost, wait: float) -> None:
-        """The engine's cost as the compute worker measures it, and the seconds segments
-        (every session's) wait for the worker lately."""
-        self._cost, self._wait = cost, wait
+    def engine(self, cost: Cost, wait: float, idle: bool = False) -> None:
+        """The engine's cost as the compute worker measures it, the seconds segments (every
+        session's) wait for the worker lately, and whether it is ``idle`` now (a segment asked
+        for would start at once)."""
+        self._cost, self._wait, self._idle = cost, wait, idle
 
     def observe(self, seconds: float, chars: int) -> None:
         """A segment of ``chars`` gave its first audio ``seconds`` after it was asked for:
@@ -93,7 +95,7 @@ class Pacing:
             return Urgency.CRITICAL
         if ahead <= clause_guard + _SLACK:
             return Urgency.URGENT
-        return Urgency.RELAXED
+        return Urgency.IDLE if self._idle else Urgency.RELAXED
 
     def fit(self, ahead: float, critical: bool = False) -> Fit:
         """How long the next cut may be with ``ahead`` seconds left, and how short.

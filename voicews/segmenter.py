@@ -56,6 +56,10 @@ class Urgency(Enum):
     """Turn start: the first clause, or the first few words, whichever comes first."""
     RELAXED = "relaxed"
     """Audio in hand: wait for a sentence end (or a clause once the text grows long)."""
+    IDLE = "idle"
+    """Audio in hand and the compute idle: a sentence end, or a clause end of at least
+    ``idle_clause_words``: computed now it costs no one anything, and the turn's last audio
+    comes sooner after its text ends (the sentence still arriving is then one clause)."""
     URGENT = "urgent"
     """The listener is running low: a sentence or clause end, the longest piece there is."""
     CRITICAL = "critical"
@@ -111,6 +115,9 @@ def _read_url(match: re.Match[str]) -> str:
 class SegmenterConfig:
     first_words: int = 2
     """Words in the first segment when no clause boundary comes sooner."""
+    idle_clause_words: int = 4
+    """Least words in a clause cut while the compute is idle (:attr:`Urgency.IDLE`): "Sure,"
+    alone is not worth an inference of its own."""
     max_chars: int = 250
     """Longest segment, so one job never holds the compute worker for long: a longer token
     (a 4,000-character word, base64) is cut into pieces of this size. A URL is the one token
@@ -191,6 +198,11 @@ class Segmenter:
             return self._oversize(cuts, flush=True)
         if urgency is Urgency.URGENT:
             clauses = [c for c in fitting if c.boundary >= Boundary.CLAUSE]
+            if clauses:
+                return self._take(clauses[-1])
+        if urgency is Urgency.IDLE:
+            least = self.config.idle_clause_words
+            clauses = [c for c in fitting if c.boundary >= Boundary.CLAUSE and c.words >= least]
             if clauses:
                 return self._take(clauses[-1])
         if urgency is Urgency.CRITICAL or over_cap:

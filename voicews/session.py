@@ -326,10 +326,11 @@ class Session:
             self.close_request = Close(CloseCode.NORMAL_CLOSURE, "idle timeout")
         self._pump(now)
 
-    def load(self, wait: float, cost: Cost) -> None:
+    def load(self, wait: float, cost: Cost, idle: bool = False) -> None:
         """The compute worker lately: segments wait ``wait`` seconds for it (keep that much
-        more audio in hand), and a segment's first audio costs the engine ``cost``."""
-        self._pacing.engine(cost, wait)
+        more audio in hand), a segment's first audio costs the engine ``cost``, and it is
+        ``idle`` now (a clause may go while the listener has audio in hand)."""
+        self._pacing.engine(cost, wait, idle)
 
     def drain(self, now: float) -> None:
         """Server shutdown: finish the current turn, start no new one, then close."""

@@ -288,6 +288,13 @@ class ComputeWorker:
             return sum(not job.cancelled for job in self._queue)
 
     @property
+    def idle(self) -> bool:
+        """A job submitted now would start at once: a lane is free and nothing waits."""
+        with self._cond:
+            waiting = any(not job.cancelled for job in self._queue)
+            return not waiting and self._running < self.stats.lanes
+
+    @property
     def queue_wait(self) -> float:
         """Seconds a segment waits in the queue before it starts, lately: at once the longest
         wait seen, easing off as the waits shorten and as time passes without one."""
