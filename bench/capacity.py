@@ -15,9 +15,10 @@ Both servers run as their own processes on loopback with the same bundled voice 
    buffer: underruns, first audio p95, longest stall, CPU per second of audio.
 
 Prints the tables, the largest N without a stall for each server and scenario, the goals of
-issue 13 met or missed, and plots stall against N (``--plot``). ``--baseline DIR`` adds the
-voicews of another checkout as a third server and ``--variant NAME=ARGS`` a voicews of this
-one started with other ``serve`` arguments, for A/B runs in the same conditions.
+issue 13 met or missed, and plots stall against N (``--plot``). ``--baseline DIR``
+(repeatable) adds the voicews of another checkout as one more server and ``--variant NAME=ARGS``
+a voicews of this one started with other ``serve`` arguments, for A/B runs in the same
+conditions.
 
     python bench/capacity.py                        # ~12 min on 2 cores
     python bench/capacity.py --quick                # ~3 min
@@ -248,7 +249,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--jitter-ms", type=float, default=100.0, help="staggered buffer [100]")
     parser.add_argument("--seed", type=int, default=1, help="staggered start offsets [1]")
     parser.add_argument(
-        "--baseline", type=Path, metavar="DIR", help="also run the voicews of this checkout"
+        "--baseline",
+        type=Path,
+        action="append",
+        default=[],
+        metavar="DIR",
+        help="also run the voicews of this checkout (repeatable)",
     )
     parser.add_argument(
         "--variant",
@@ -280,9 +286,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 def servers_of(args: argparse.Namespace, workdir: Path) -> list[ServerProcess]:
     sessions = max(64, max(args.burst_ns + args.staggered_ns) + 8)
     out: list[ServerProcess] = [VoicewsProcess(workdir, sessions)]
-    if args.baseline is not None:
-        name = f"{VOICEWS}@{args.baseline.resolve().name}"
-        out.append(VoicewsProcess(workdir, sessions, name, source=args.baseline))
+    for baseline in args.baseline:
+        name = f"{VOICEWS}@{baseline.resolve().name}"
+        out.append(VoicewsProcess(workdir, sessions, name, source=baseline))
     for variant in args.variant:
         name, _, serve_args = variant.partition("=")
         out.append(VoicewsProcess(workdir, sessions, name, args=shlex.split(serve_args)))
@@ -366,7 +372,7 @@ async def run(args: argparse.Namespace) -> None:
         turns: list[Turn] = [*lone_turns, *burst_turns, *sweep_turns]
         payload = {
             "version": source_version(),
-            "args": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
+            "args": json.loads(json.dumps(vars(args), default=str)),
             "lone": {name: asdict(s) for name, s in lone.items()},
             "burst": {name: [asdict(s) for s in levels] for name, levels in bursts.items()},
             "staggered": {name: [asdict(s) for s in levels] for name, levels in staggered.items()},

@@ -26,7 +26,13 @@ from .app import AppConfig, VoicewsApp
 from .engines import engine_factory, engine_voices
 from .protocol import REALTIME_PATH
 from .session import SessionConfig
-from .transport import BoundedWebSocketProtocol, TransportLimits, TransportPolicy, http_protocol
+from .transport import (
+    BoundedWebSocketProtocol,
+    TransportLimits,
+    TransportPolicy,
+    http_protocol,
+    listening_socket,
+)
 from .worker import ComputeWorker
 
 if TYPE_CHECKING:
@@ -179,12 +185,8 @@ class VoicewsServer:
         return web + (self.wyoming.open_connections if self.wyoming is not None else 0)
 
     def _listen(self) -> socket.socket:
-        family = socket.AF_INET6 if ":" in self.config.host else socket.AF_INET
-        sock = socket.socket(family, socket.SOCK_STREAM)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        # Accepted sockets inherit the listener's send buffer size.
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, self.config.socket_send_buffer)
-        sock.bind((self.config.host, self.config.port))
+        config = self.config
+        sock = listening_socket(config.host, config.port, config.socket_send_buffer)
         sock.listen(1024)
         sock.setblocking(False)
         return sock

@@ -13,12 +13,15 @@ the few bounds they lack:
   else we send it, wait in a bounded write buffer, never in an unbounded one;
 - a WebSocket peer that misses a keepalive pong, or never answers our close, is aborted:
   closing politely would wait for ever to flush a buffer it will not read.
+
+:func:`listening_socket` makes the listeners both servers accept on.
 """
 
 from __future__ import annotations
 
 import asyncio
 import re
+import socket
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -184,6 +187,25 @@ class BoundedWebSocketProtocol(WebSocketsSansIOProtocol):
             # We sent a close: a peer that never answers it is aborted, not waited for.
             self.close_timer.cancel()
             self.close_timer = self.loop.call_later(self.close_timeout, self.transport.abort)
+
+
+def listening_socket(host: str, port: int, send_buffer: int) -> socket.socket:
+    """A TCP socket bound to ``host:port`` whose accepted connections send at once and buffer
+    at most ``send_buffer`` bytes (a small buffer: a client that stops reading pauses its own
+    synthesis).
+
+    Nagle's algorithm off: asyncio turns it off only on sockets made with ``IPPROTO_TCP``
+    named, and with it on, a frame written right after an event waited for the client's
+    delayed ACK: the first frame reached the client 42-44 ms after it was written in 4 of 12
+    lone turns (the client's own clock, on loopback). Accepted sockets inherit both options.
+    """
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, send_buffer)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    sock.bind((host, port))
+    return sock
 
 
 def http_protocol(policy: TransportPolicy) -> type[StrictH11Protocol]:

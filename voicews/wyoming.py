@@ -71,7 +71,7 @@ from .protocol import (
     too_deep,
 )
 from .session import SessionConfig
-from .transport import TransportLimits, TransportPolicy
+from .transport import TransportLimits, TransportPolicy, listening_socket
 
 _WIDTH = 2  # bytes per sample: 16-bit PCM, mono
 _PIPER = Attribution(name="rhasspy", url="https://github.com/rhasspy/piper")
@@ -147,12 +147,7 @@ class WyomingServer:
         self._handlers: dict[asyncio.Task[None], WyomingConnection] = {}
 
     async def start(self) -> None:
-        family = socket.AF_INET6 if ":" in self._host else socket.AF_INET
-        sock = socket.socket(family, socket.SOCK_STREAM)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        # Small, as on the WebSocket: a client that stops reading pauses its own synthesis.
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, self._send_buffer)
-        sock.bind((self._host, self._port))
+        sock = listening_socket(self._host, self._port, self._send_buffer)
         # The reader's limit bounds a line: past it, readline raises instead of buffering on.
         limit = max_event_bytes(self.app.config.session)
         self._server = await asyncio.start_server(self._accept, sock=sock, limit=limit)
