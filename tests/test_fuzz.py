@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 from websockets.sync.client import ClientConnection, connect
 
 from conftest import running, timeout, with_session
+from voicews.cost import DEFAULT_PRIOR
 from voicews.errors import SESSION_CODES, VoicewsError
 from voicews.protocol import (
     CLIENT_TYPES,
@@ -91,11 +92,17 @@ class Synthesize:
     words: bool  # the engine also places the segment's words
 
 
+@dataclass(frozen=True)
+class Idle:
+    idle: bool  # the compute worker is idle (the session may try a first segment)
+
+
 actions = st.lists(
     st.one_of(
         frames,
         st.floats(0.0, 1.5).map(Advance),
         st.builds(Synthesize, st.floats(0.0, 0.5), st.booleans()),
+        st.booleans().map(Idle),
     ),
     max_size=40,
 )
@@ -123,6 +130,18 @@ def tone(seconds: float) -> np.ndarray:
         Synthesize(0.125, False),
     ]
 )
+@example(  # trials of the first words: one whose word grows, one the next token confirms
+    [
+        Idle(True),
+        '{"type": "turn_reset", "turn_id": "a"}',
+        '{"type": "text_delta", "text": "I have"}',
+        Synthesize(0.3, True),
+        '{"type": "text_delta", "text": "n\'t"}',
+        Synthesize(0.3, True),
+        '{"type": "text_delta", "text": " seen it"}',
+        Synthesize(0.3, False),
+    ]
+)
 def test_session_survives_any_sequence_of_frames(steps: list[object]) -> None:
     session = Session("fuzz", 22050, SessionConfig(max_pending_text_chars=200))
     now, in_flight, sent = 0.0, [], []
@@ -138,6 +157,8 @@ def test_session_survives_any_sequence_of_frames(steps: list[object]) -> None:
         if isinstance(step, Advance):
             now += step.seconds
             session.tick(now)
+        elif isinstance(step, Idle):
+            session.load(0.0, DEFAULT_PRIOR, step.idle)
         elif isinstance(step, Synthesize):
             if in_flight:
                 job = in_flight.pop(0)

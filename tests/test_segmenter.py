@@ -265,6 +265,30 @@ def test_an_idle_compute_takes_a_clause_of_a_few_words_before_its_sentence_ends(
     assert seg.next_segment(Urgency.IDLE) is None
 
 
+def test_a_trial_first_segment_is_judged_by_the_next_token() -> None:
+    seg = Segmenter()
+    seg.feed("I have")
+    trial = seg.trial_first()
+    assert trial == Segment("I have", Boundary.WORD)
+    assert seg.next_segment(Urgency.FIRST) is None  # not confirmed: a trial only
+    assert seg.judge_trial(trial) is None  # nothing new yet
+    seg.feed(" booked")
+    assert seg.judge_trial(trial) is True
+    seg.feed(" you.")
+    seg.close()
+    assert drain(seg) == ["booked you."]
+    grown = Segmenter()
+    grown.feed("I have")
+    trial = grown.trial_first()
+    assert trial is not None and grown.trial_first(first_chars=7) is None  # too short
+    grown.feed("n't")
+    assert grown.judge_trial(trial) is False
+    assert grown.next_segment(Urgency.FIRST) is None  # all of it left for the next cut
+    grown.feed(" seen")
+    got = grown.next_segment(Urgency.FIRST)
+    assert got is not None and got.text == "I haven't"
+
+
 def test_flush_takes_everything_pending_even_a_partial_word() -> None:
     seg = Segmenter()
     seg.feed("Let me check the weath")

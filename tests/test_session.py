@@ -265,6 +265,78 @@ def test_slow_reader_pauses_synthesis_until_audio_is_read() -> None:
     assert one(s).text == "Second one."
 
 
+def idle_worker_turn(*deltas: str) -> Session:
+    s = make(idle_flush_ms=500)
+    s.load(0.0, COST, idle=True)
+    s.handle(TurnReset(turn_id="t1"), 0.0)
+    for delta in deltas:
+        s.handle(TextDelta(text=delta), 0.0)
+    return s
+
+
+def test_an_idle_worker_tries_the_first_words_before_the_next_token_confirms_them() -> None:
+    """ "I have" waits for the next token ("haven't"?); with the worker idle it is synthesized
+    meanwhile, its audio held, and sent the moment a space confirms the word."""
+    s = idle_worker_turn("I", " have")
+    trial = one(s)
+    assert (trial.text, trial.first) == ("I have", True)
+    s.on_audio(trial.job_id, speech(0.5), 0.03)
+    s.on_words(trial.job_id, [0, 2205])
+    s.on_done(trial.job_id, 0.04)
+    assert [type(i) for i in drain(s, 0.04)] == [TurnStarted]  # held: no audio yet
+    s.handle(TextDelta(text=" booked"), 0.05)
+    items = drain(s, 0.05)
+    assert [i.text for i in items if isinstance(i, SegmentStarted)] == ["I have"]
+    assert sum(i.samples for i in items if isinstance(i, AudioFrame)) > 0.4 * RATE
+    assert [w.text for i in items if isinstance(i, Words) for w in i.words] == ["I", "have"]
+    s.handle(TextDelta(text=" you."), 0.1)
+    s.handle(EndText(), 0.1)
+    assert one(s).text == "booked you."  # done: the next segment follows
+    assert s.stats.trials == ["confirmed"]
+
+
+def test_a_trial_whose_word_grows_is_dropped_and_cut_again() -> None:
+    s = idle_worker_turn("I", " have")
+    trial = one(s)
+    s.on_audio(trial.job_id, speech(0.5), 0.03)
+    s.handle(TextDelta(text="n't"), 0.05)  # "haven't": the trial said the wrong word
+    assert s.take_cancellations() == [trial.job_id]
+    again = one(s)
+    assert (again.text, again.first) == ("I haven't", True)  # a trial again, of the whole word
+    s.on_audio(trial.job_id, speech(0.5), 0.06)  # the dropped job's late audio: ignored
+    assert [type(i) for i in drain(s, 0.06)] == [TurnStarted]
+    s.handle(TextDelta(text=" seen"), 0.1)
+    synthesize(s, again, 0.5, 0.1)
+    items = drain(s, 0.1)
+    assert [i.text for i in items if isinstance(i, SegmentStarted)] == ["I haven't"]
+    assert s.stats.trials == ["dropped", "confirmed"]
+
+
+def test_a_trial_ends_with_the_text_or_when_it_stops_coming() -> None:
+    """All the text in, or none for ``idle_flush_ms``: the trial is dropped and the text cut
+    as it would be without one (a two-word reply is spoken all the same)."""
+    s = idle_worker_turn("I", " have")
+    trial = one(s)
+    s.handle(EndText(), 0.05)
+    assert s.take_cancellations() == [trial.job_id]
+    assert one(s).text == "I have"
+    quiet = idle_worker_turn("I", " have")
+    trial = one(quiet)
+    assert quiet.wakeup_at(0.0) == 0.5
+    quiet.tick(0.5)
+    assert quiet.take_cancellations() == [trial.job_id]
+    assert one(quiet).text == "I have"
+
+
+def test_no_trial_while_the_worker_is_busy_or_for_what_may_still_grow() -> None:
+    busy = make()
+    busy.handle(TurnReset(turn_id="t1"), 0.0)
+    busy.handle(TextDelta(text="I have"), 0.0)
+    assert busy.take_submissions() == []  # the worker busy: no compute spent on a guess
+    for text in ("I", "At 10", "A well-"):  # one word; a number; a word that goes on
+        assert idle_worker_turn(text).take_submissions() == [], text
+
+
 def test_idle_flush_speaks_text_that_stopped_mid_sentence() -> None:
     s = make(idle_flush_ms=500)
     s.handle(TurnReset(turn_id="t1"), 0.0)

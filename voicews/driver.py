@@ -101,7 +101,7 @@ class SessionDriver:
                 self._worker.cancel(cancelled)
         if session.outbox or session.close_request is not None:
             self._wake.set()
-        session.load(self._worker.queue_wait, self._worker.cost, self._worker.idle)
+        self.refresh()
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
@@ -109,6 +109,14 @@ class SessionDriver:
         if wake_at is not None:
             self._timer = self._loop.call_at(wake_at, self._tick)
         self._observe(session)
+
+    def refresh(self) -> None:
+        """Tell the session what the compute worker is doing now: before it takes a message
+        too, as other sessions may have asked for compute since it last synced (16 sessions
+        whose second words come in the same instant would each see the worker idle, and try
+        their first words at once)."""
+        worker = self._worker
+        self.session.load(worker.queue_wait, worker.cost, worker.idle)
 
     def close(self) -> None:
         """The peer is gone: cancel everything the session had running."""

@@ -39,6 +39,13 @@ class Metrics:
         )
         self.turns = Counter("voicews_turns", "Turns ended, by outcome", ["outcome"], registry=r)
         self.errors = Counter("voicews_errors", "Error events sent, by code", ["code"], registry=r)
+        self.trials = Counter(
+            "voicews_first_word_trials",
+            "Turns' first words synthesized on trial before the next token confirmed them (the "
+            "worker idle), by outcome: confirmed, or dropped (the word grew, or text stopped)",
+            ["outcome"],
+            registry=r,
+        )
         self.first_audio = Histogram(
             "voicews_first_audio_seconds",
             "First text delta to first audio frame sent, per turn",
@@ -98,10 +105,13 @@ class Metrics:
             self.turns.labels(outcome).inc()
         for code in stats.errors:
             self.errors.labels(code).inc()
+        for outcome in stats.trials:
+            self.trials.labels(outcome).inc()
         stats.first_audio.clear()
         stats.stalls.clear()
         stats.turns.clear()
         stats.errors.clear()
+        stats.trials.clear()
 
     def exposition(self) -> bytes:
         return generate_latest(self.registry)

@@ -55,6 +55,11 @@ class Pacing:
             self._audio_per_char = 0.8 * self._audio_per_char + 0.2 * seconds / chars
 
     @property
+    def idle(self) -> bool:
+        """The compute worker is idle: a segment asked for now starts at once."""
+        return self._idle
+
+    @property
     def slower_than_real_time(self) -> bool:
         """Each character costs more compute than the audio it gives."""
         return self._cost.per_char >= self._audio_per_char

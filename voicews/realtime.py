@@ -93,6 +93,7 @@ class RealtimeConnection:
         if session.close_request is not None:
             return  # closing (idle or shutdown): the close frame says why
         if session.admit(now):
+            self.driver.refresh()
             limit = session.config.max_message_bytes
             size = len(data) if isinstance(data, bytes) else len(data.encode())
             try:

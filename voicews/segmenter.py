@@ -213,6 +213,33 @@ class Segmenter:
                 return self._oversize(cuts)
         return None
 
+    def trial_first(self, first_chars: int = 0) -> Segment | None:
+        """The first segment there would be if the last token, still growing, were a whole
+        word (``have`` may yet become ``haven't``): for a trial, whose audio is held until the
+        next token says (:meth:`judge_trial`). None where the words are too few or too short
+        (``first_chars``), or the token is not all letters and apostrophes (a number belongs
+        with what follows; punctuation may still grow)."""
+        text = self._buf.strip()
+        words = text.split()
+        last = words[-1].replace("'", "").replace("\u2019", "") if words else ""
+        if self._closed or self._buf[-1].isspace() or not last.isalpha():
+            return None
+        if len(words) < self.config.first_words or len(text) > self.config.max_chars:
+            return None
+        return Segment(text, Boundary.WORD) if spoken_length(text) >= first_chars else None
+
+    def judge_trial(self, trial: Segment) -> bool | None:
+        """Whether the text since confirms a trial's segment (:meth:`trial_first`): True, and
+        it is taken, once whitespace follows it; False once the token grew past it; None while
+        nothing has come."""
+        text = self._buf.lstrip()
+        if text == trial.text and not self._closed:
+            return None
+        if not text.startswith(trial.text) or not text[len(trial.text) :][:1].isspace():
+            return False
+        self._buf = text[len(trial.text) :].lstrip()
+        return True
+
     def _fitted(self, urgency: Urgency, cuts: list[_Cut], fit: Fit) -> Segment | None:
         """The first sentence if its synthesis fits (a sentence costs what it costs), else
         the longest piece of it that fits, ending at a clause (at any word once critical) and

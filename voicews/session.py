@@ -103,6 +103,8 @@ class SessionStats:
     turns: list[str] = field(default_factory=list)
     """How each turn ended: done, cancelled, failed."""
     errors: list[str] = field(default_factory=list)
+    trials: list[str] = field(default_factory=list)
+    """How each trial of a turn's first words ended: confirmed, dropped."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -246,13 +248,18 @@ class Session:
             job.sounded = True
             self._pacing.observe(now - job.submitted_at, spoken_length(job.segment.text))
         job.samples += audio.size
-        self.outbox.extend(turn.track.push(audio))
+        if job.trial:
+            job.held.append(audio)
+        else:
+            self.outbox.extend(turn.track.push(audio))
 
     def on_words(self, job_id: int, starts: Sequence[int]) -> None:
         """The engine placed the segment's words: tell the client, and keep them, so a cut
         turn's ``heard_text`` ends at the last word that had started playing."""
         found = self._synthesis(job_id)
-        if found is not None and (words := found[0].track.place_words(starts)) is not None:
+        if found is not None and found[1].trial:
+            found[1].held_words = starts
+        elif found is not None and (words := found[0].track.place_words(starts)) is not None:
             self.outbox.append(words)
 
     def on_text(self, job_id: int, text: str, now: float) -> None:
@@ -269,10 +276,15 @@ class Session:
             self._close_text(writing, now)
         elif (found := self._synthesis(job_id)) is not None:
             turn, job = found
-            self._pacing.heard(spoken_length(job.segment.text), job.samples / self.sample_rate)
-            self.outbox.extend(turn.track.end(job.segment.boundary))
-            turn.in_flight = None
-            self._pump(now)
+            job.done = True
+            if not job.trial:
+                self._synthesized(turn, job, now)
+
+    def _synthesized(self, turn: Turn, job: InFlight, now: float) -> None:
+        self._pacing.heard(spoken_length(job.segment.text), job.samples / self.sample_rate)
+        self.outbox.extend(turn.track.end(job.segment.boundary))
+        turn.in_flight = None
+        self._pump(now)
 
     def on_failed(self, job_id: int, message: str, now: float) -> None:
         if (writing := self._writing(job_id)) is not None:
@@ -364,6 +376,8 @@ class Session:
         limit = turn.started + self.config.max_turn_seconds
         # Time alone cuts no segment while one is out, the outbox is full, or there is no
         # text: only the duration limit can come.
+        if turn.in_flight is not None and turn.in_flight.trial:
+            return min(limit, turn.last_delta + self.config.idle_flush_ms / 1000)
         if turn.in_flight or self.outbox.full or not turn.segmenter.has_text:
             return limit
         cuts = self._pacing.cut_times(turn.listener.end, turn.segmenter.next_spoken)
@@ -499,6 +513,9 @@ class Session:
         if turn is None:
             self._close_if_drained()
             return
+        if turn.in_flight is not None and turn.in_flight.trial:
+            self._judge(turn, turn.in_flight, now)  # pumps again once the trial is settled
+            return
         if turn.in_flight is not None:
             return
         if not self.outbox.full:
@@ -508,6 +525,11 @@ class Session:
             if segment is not None:
                 self._submit(turn, segment, now)
                 return
+            if urgency is Urgency.FIRST and self._pacing.idle:
+                trial = turn.segmenter.trial_first(first_chars)
+                if trial is not None:
+                    self._submit(turn, trial, now, trial=True)
+                    return
         if turn.drained:
             self._finish(turn, now, "done")
 
@@ -522,7 +544,30 @@ class Session:
         urgency = self._pacing.urgency(ahead, turn.segmenter.next_spoken)
         return urgency, self._pacing.fit(ahead, urgency is Urgency.CRITICAL)
 
-    def _submit(self, turn: Turn, segment: Segment, now: float) -> None:
+    def _judge(self, turn: Turn, job: InFlight, now: float) -> None:
+        """A trial first segment: confirmed by the text since (what it gave goes out), or
+        dropped (its job cancelled, its text left to be cut again); undecided, it waits until
+        text stops coming (the idle flush)."""
+        verdict = turn.segmenter.judge_trial(job.segment)
+        if verdict is None and not turn.idle(now, self.config.idle_flush_ms / 1000):
+            return
+        self.stats.trials.append("confirmed" if verdict else "dropped")
+        if not verdict:
+            self._cancellations.append(job.job_id)
+            turn.in_flight, turn.first_submitted = None, False
+            self._pump(now)
+            return
+        job.trial = False
+        turn.track.begin(job.segment.text)
+        for audio in job.held:
+            self.outbox.extend(turn.track.push(audio))
+        job.held = []
+        if job.held_words is not None and (words := turn.track.place_words(job.held_words)):
+            self.outbox.append(words)
+        if job.done:
+            self._synthesized(turn, job, now)
+
+    def _submit(self, turn: Turn, segment: Segment, now: float, trial: bool = False) -> None:
         first = not turn.first_submitted
         end = turn.listener.end
         request = SynthesisRequest(
@@ -534,9 +579,10 @@ class Session:
             deadline=now if first or end is None else end,
             submitted_at=now,
         )
-        turn.in_flight = InFlight(request.job_id, segment, now)
+        turn.in_flight = InFlight(request.job_id, segment, now, trial=trial)
         turn.first_submitted = True
-        turn.track.begin(segment.text)
+        if not trial:  # a trial's segment begins once it is confirmed
+            turn.track.begin(segment.text)
         self._submissions.append(request)
 
     def _synthesis(self, job_id: int) -> tuple[Turn, InFlight] | None:

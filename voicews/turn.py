@@ -7,10 +7,11 @@ refuses what it cannot take with a typed error; the session decides when its seg
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from enum import Enum
 
-from .audio import StitchConfig
+from .audio import Audio, StitchConfig
 from .encoding import FrameEncoder
 from .errors import ErrorCode, VoicewsError
 from .listener import ListenerClock
@@ -38,6 +39,12 @@ class InFlight:
     """It has produced audio (and its latency was observed)."""
     samples: int = 0
     """The engine's samples it has produced."""
+    trial: bool = False
+    """A first segment asked for before the next token confirmed its last word: what it gives
+    is held until then, and dropped if the word grows."""
+    held: list[Audio] = field(default_factory=list)
+    held_words: Sequence[int] | None = None
+    done: bool = False
 
 
 class Turn:

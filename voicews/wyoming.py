@@ -399,6 +399,7 @@ class WyomingConnection(AsyncEventHandler):
     def _handle(self, *messages: ClientMessage) -> None:
         assert self._driver is not None
         session, now = self._driver.session, self._driver.now()
+        self._driver.refresh()
         for message in messages:
             session.handle(message, now)
         self._driver.sync()
