@@ -333,7 +333,7 @@ def test_no_trial_while_the_worker_is_busy_or_for_what_may_still_grow() -> None:
     busy.handle(TurnReset(turn_id="t1"), 0.0)
     busy.handle(TextDelta(text="I have"), 0.0)
     assert busy.take_submissions() == []  # the worker busy: no compute spent on a guess
-    for text in ("I", "At 10", "A well-"):  # one word; a number; a word that goes on
+    for text in ("", " ", "I", "At 10", "A well-"):  # no word; one; a number; one going on
         assert idle_worker_turn(text).take_submissions() == [], text
 
 

@@ -221,8 +221,9 @@ class Segmenter:
         with what follows; punctuation may still grow)."""
         text = self._buf.strip()
         words = text.split()
-        last = words[-1].replace("'", "").replace("\u2019", "") if words else ""
-        if self._closed or self._buf[-1].isspace() or not last.isalpha():
+        if self._closed or not words or self._buf[-1].isspace():
+            return None
+        if not words[-1].replace("'", "").replace("\u2019", "").isalpha():
             return None
         if len(words) < self.config.first_words or len(text) > self.config.max_chars:
             return None
