@@ -197,7 +197,8 @@ def listening_socket(host: str, port: int, send_buffer: int) -> socket.socket:
     Nagle's algorithm off: asyncio turns it off only on sockets made with ``IPPROTO_TCP``
     named, and with it on, a frame written right after an event waited for the client's
     delayed ACK: the first frame reached the client 42-44 ms after it was written in 4 of 12
-    lone turns (both processes' monotonic clocks, on loopback). Accepted sockets inherit both options.
+    lone turns (both processes' monotonic clocks, on loopback). Accepted sockets inherit both
+    options.
     """
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
