@@ -28,7 +28,9 @@ decoded in two (:func:`windows`): its first audio then costs the encoder and thi
 against 55 ms for two words and 108 against 353 ms for a 4.5 s sentence (single-threaded).
 Only while the compute is calm (no inferences side by side lately): in a burst, listeners given
 their first window sooner ran dry before the rest of it came (16 at once: first audio p95 540
-against 706 ms, but the longest stall 707 against 311)."""
+against 706 ms, but the longest stall 707 against 311; again with the planning worker, two runs:
+442 / 399 against 567 / 520 ms, but 341 / 261 against 171 / 95 ms, 14 and 6 of 16 stalled
+against 2 and 0)."""
 CONTEXT = 12
 """Latent frames of context either side of a window: the generator's convolutions see about 11,
 and windows decoded with 12 gave the one-shot waveform to 120 dB (8: 63 dB)."""
