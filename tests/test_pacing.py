@@ -71,6 +71,11 @@ def test_a_crowded_worker_keeps_its_wait_more_in_hand() -> None:
     assert crowded.guards(40) == pytest.approx((calm[0] + 0.3, calm[1] + 0.3))
     # A first segment holds what is heard in 300 ms: about 15 characters a second at speed 1.
     assert (crowded.first_chars(speed=1.0), crowded.first_chars(speed=2.0)) == (4, 9)
+    # Sessions starting together: nothing waited lately, but the queue holds 400 ms for a
+    # first segment asked for now; the first segment holds more, the guards stay.
+    starting = paced()
+    starting.engine(COST, 0.0, backlog=0.4)
+    assert (starting.first_chars(speed=1.0), starting.guards(40)) == (6, pytest.approx(calm))
 
 
 def test_a_cut_fits_the_audio_left_and_gains_ground() -> None:

@@ -497,6 +497,32 @@ def test_a_segment_is_late_only_if_it_was_asked_for_in_time_and_waits_are_kept(
     assert worker.queue_wait == pytest.approx(0.06 * since)
 
 
+def test_the_backlog_is_the_compute_queued_before_a_first_segment_asked_for_now(
+    worker: ComputeWorker, engine: Costed, clock: FakeClock
+) -> None:
+    engine.gates["hold"] = gate = Gate()
+    rec = Recorder()
+    worker.submit(rec.speak("blocker", "hold", deadline=clock() + 1.0))
+    assert gate.reached.wait(WAIT)
+    assert worker.backlog == 0.0  # running, not waiting
+    now = clock()
+    for name, deadline, chars in (
+        ("due", now + 0.1, 40),
+        ("later", now + 5.0, 40),
+        ("first", now, 20),
+    ):
+        job = rec.speak(name, "w", first=name == "first", deadline=deadline)
+        job.chars = chars
+        worker.submit(job)
+    # "due", and "first" (due FIRST_AUDIO_TARGET after it was asked for), go before a first
+    # segment asked for now; "later" does not. One lane: all of their compute.
+    cost = worker.cost
+    assert worker.backlog == pytest.approx(cost.latency(40) + cost.latency(20))
+    gate.go.set()
+    rec.wait(4)
+    assert worker.backlog == 0.0
+
+
 def test_overloaded_when_busy_lanes_keep_segments_waiting_or_listeners_run_dry() -> None:
     clock = FakeClock()
     busy = WorkerStats(lanes=2, clock=clock)

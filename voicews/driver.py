@@ -116,7 +116,7 @@ class SessionDriver:
         whose second words come in the same instant would each see the worker idle, and try
         their first words at once)."""
         worker = self._worker
-        self.session.load(worker.queue_wait, worker.cost, worker.idle)
+        self.session.load(worker.queue_wait, worker.cost, worker.idle, worker.backlog)
 
     def close(self) -> None:
         """The peer is gone: cancel everything the session had running."""

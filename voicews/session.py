@@ -338,11 +338,12 @@ class Session:
             self.close_request = Close(CloseCode.NORMAL_CLOSURE, "idle timeout")
         self._pump(now)
 
-    def load(self, wait: float, cost: Cost, idle: bool = False) -> None:
+    def load(self, wait: float, cost: Cost, idle: bool = False, backlog: float = 0.0) -> None:
         """The compute worker lately: segments wait ``wait`` seconds for it (keep that much
-        more audio in hand), a segment's first audio costs the engine ``cost``, and it is
-        ``idle`` now (a clause may go while the listener has audio in hand)."""
-        self._pacing.engine(cost, wait, idle)
+        more audio in hand), a segment's first audio costs the engine ``cost``, it is ``idle``
+        now (a clause may go while the listener has audio in hand), and a first segment asked
+        for now would wait ``backlog`` seconds (it holds more)."""
+        self._pacing.engine(cost, wait, idle, backlog)
 
     def drain(self, now: float) -> None:
         """Server shutdown: finish the current turn, start no new one, then close."""

@@ -288,6 +288,16 @@ class ComputeWorker:
             return sum(not job.cancelled for job in self._queue)
 
     @property
+    def backlog(self) -> float:
+        """Seconds a first segment asked for now would wait: the compute of the queued
+        segments due before it, as the cost model puts it, over the lanes."""
+        with self._cond:
+            now = self._clock()
+            cost, due = self._costs.estimate(now), now + FIRST_AUDIO_TARGET
+            ahead = [j for j in self._queue if j.chars and not j.cancelled and j.due() <= due]
+            return sum(cost.latency(j.chars) for j in ahead) / self.stats.lanes
+
+    @property
     def idle(self) -> bool:
         """A job submitted now would start at once: a lane is free and nothing waits."""
         with self._cond:
