@@ -150,6 +150,15 @@ class Recorder:
         return [name for name, event in self.events if isinstance(event, kind)]
 
 
+def hold(worker: ComputeWorker, engine: Costed, rec: Recorder, deadline: float = 0.0) -> Gate:
+    """A blocker job that holds the worker's one lane until the gate opens: what is submitted
+    meanwhile queues up together."""
+    engine.gates["hold"] = gate = Gate()
+    worker.submit(rec.speak("blocker", "hold", deadline=deadline))
+    assert gate.reached.wait(WAIT)
+    return gate
+
+
 def started(engine: Engine, lanes: int = 1, clock: FakeClock | None = None) -> ComputeWorker:
     worker = ComputeWorker(lambda: engine, lanes, clock or time.monotonic)
     worker.start()
@@ -204,10 +213,8 @@ def test_a_job_reports_its_audio_then_its_words_then_done(
 def test_jobs_run_as_they_are_due_a_first_segment_a_little_after_it_was_asked_for(
     worker: ComputeWorker, engine: Costed, clock: FakeClock
 ) -> None:
-    engine.gates["hold"] = gate = Gate()
     rec = Recorder()
-    worker.submit(rec.speak("blocker", "hold"))
-    assert gate.reached.wait(WAIT)  # the worker is busy: the rest queue up together
+    gate = hold(worker, engine, rec)  # the worker is busy: the rest queue up together
     now = clock()
     worker.submit(rec.speak("in-hand", "hand1 hand2", deadline=now + 1.0))  # 1 s left to hear
     worker.submit(rec.speak("first", "first1 first2", first=True, deadline=now))
@@ -229,10 +236,8 @@ def test_a_first_segment_is_due_like_any_other_once_its_first_audio_is_out(
     first audio is out; then, like any segment, when its listener runs dry, each chunk moving
     that back by the audio it made: one session's long first segment cannot hold back another
     listener who runs dry sooner."""
-    engine.gates["hold"] = gate = Gate()
     rec = Recorder()
-    worker.submit(rec.speak("blocker", "hold"))
-    assert gate.reached.wait(WAIT)
+    gate = hold(worker, engine, rec)
     now = clock()
     worker.submit(rec.speak("long", "a b c d", first=True, deadline=now))
     worker.submit(rec.speak("soon", "s1 s2", deadline=now + 0.25))
@@ -293,10 +298,8 @@ def test_an_account_given_more_than_it_could_hear_waits_behind_the_others(
 ) -> None:
     """A session that starts turns faster than it listens: its first segment waits as if its
     listener still had what it was given beyond the allowance in hand."""
-    engine.gates["hold"] = gate = Gate()
     rec = Recorder()
-    worker.submit(rec.speak("blocker", "hold"))
-    assert gate.reached.wait(WAIT)
+    gate = hold(worker, engine, rec)
     now = clock()
     storm = Account(clock=now + ALLOWANCE + 5.0)  # given 5 s beyond the allowance
     listening = Account(clock=now + 2.0)  # 2 s in hand: within it
@@ -331,10 +334,8 @@ def test_a_cancelled_job_stops_at_its_next_step_and_its_generator_is_closed_ther
 
 
 def test_a_job_cancelled_while_queued_never_runs(worker: ComputeWorker, engine: Costed) -> None:
-    engine.gates["hold"] = gate = Gate()
     rec = Recorder()
-    worker.submit(rec.speak("blocker", "hold"))
-    assert gate.reached.wait(WAIT)
+    gate = hold(worker, engine, rec)
     queued = rec.speak("queued", "never")
     worker.submit(queued)
     ComputeWorker.cancel(queued)
@@ -476,10 +477,8 @@ def test_a_held_back_account_never_takes_the_last_free_lane(clock: FakeClock) ->
 def test_a_segment_is_late_only_if_it_was_asked_for_in_time_and_waits_are_kept(
     worker: ComputeWorker, engine: Costed, clock: FakeClock
 ) -> None:
-    engine.gates["hold"] = gate = Gate()
     rec = Recorder()
-    worker.submit(rec.speak("blocker", "hold", deadline=clock() + 1.0))
-    assert gate.reached.wait(WAIT)
+    gate = hold(worker, engine, rec, deadline=clock() + 1.0)
     now = clock()
     worker.submit(rec.speak("waited", "w", deadline=now + 0.05))  # would have made it at once
     worker.submit(rec.speak("asked-late", "l", deadline=now - 1.0))  # its listener was dry
@@ -500,10 +499,8 @@ def test_a_segment_is_late_only_if_it_was_asked_for_in_time_and_waits_are_kept(
 def test_the_backlog_is_the_compute_queued_before_a_first_segment_asked_for_now(
     worker: ComputeWorker, engine: Costed, clock: FakeClock
 ) -> None:
-    engine.gates["hold"] = gate = Gate()
     rec = Recorder()
-    worker.submit(rec.speak("blocker", "hold", deadline=clock() + 1.0))
-    assert gate.reached.wait(WAIT)
+    gate = hold(worker, engine, rec, deadline=clock() + 1.0)
     assert worker.backlog == 0.0  # running, not waiting
     now = clock()
     for name, deadline, chars in (
