@@ -76,9 +76,9 @@ class Pacing:
         next one waits for the worker, lately or by the queue as it is now (none when nothing
         waits). The queue's backlog counts only here, not in the guards: sessions starting
         together saw no wait lately, cut one or two words, and ran dry in their first turns
-        (16 staggered conversations, two A/B runs: 1 and 5 underruns against 6 and 6, first
-        audio p95 241 and 235 against 263 and 264 ms; bursts of 16: largest stall 127 and 106
-        against 143 and 150 ms)."""
+        (16 staggered conversations, three A/B runs: 1, 5 and 2 underruns against 6, 6 and 2,
+        first audio p95 235-259 against 263-305 ms; bursts of 16: largest stall 127, 106 and
+        114 against 143, 150 and 86 ms)."""
         return round(max(self._wait, self._backlog) * _CHARS_PER_SECOND * speed)
 
     def guards(self, pending_chars: int) -> tuple[float, float]:
