@@ -37,6 +37,7 @@ from voicews.worker import (
     JobFailed,
     JobText,
     JobWords,
+    Load,
     Work,
     WorkerStats,
     synthesis,
@@ -515,6 +516,8 @@ def test_the_backlog_is_the_compute_queued_before_a_first_segment_asked_for_now(
     # segment asked for now; "later" does not. One lane: all of their compute.
     cost = worker.cost
     assert worker.backlog == pytest.approx(cost.latency(40) + cost.latency(20))
+    # What a session syncs to: the same figures, read under one lock.
+    assert worker.load() == Load(worker.queue_wait, cost, False, worker.backlog)
     gate.go.set()
     rec.wait(4)
     assert worker.backlog == 0.0

@@ -115,8 +115,8 @@ class SessionDriver:
         too, as other sessions may have asked for compute since it last synced (16 sessions
         whose second words come in the same instant would each see the worker idle, and try
         their first words at once)."""
-        worker = self._worker
-        self.session.load(worker.queue_wait, worker.cost, worker.idle, worker.backlog)
+        load = self._worker.load()
+        self.session.load(load.wait, load.cost, load.idle, load.backlog)
 
     def close(self) -> None:
         """The peer is gone: cancel everything the session had running."""

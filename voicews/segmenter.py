@@ -196,12 +196,8 @@ class Segmenter:
             if not over_cap:
                 return self._take_all()
             return self._oversize(cuts, flush=True)
-        if urgency is Urgency.URGENT:
-            clauses = [c for c in fitting if c.boundary >= Boundary.CLAUSE]
-            if clauses:
-                return self._take(clauses[-1])
-        if urgency is Urgency.IDLE:
-            least = self.config.idle_clause_words
+        if urgency in (Urgency.URGENT, Urgency.IDLE):
+            least = self.config.idle_clause_words if urgency is Urgency.IDLE else 0
             clauses = [c for c in fitting if c.boundary >= Boundary.CLAUSE and c.words >= least]
             if clauses:
                 return self._take(clauses[-1])

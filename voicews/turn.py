@@ -43,8 +43,11 @@ class InFlight:
     """A first segment asked for before the next token confirmed its last word: what it gives
     is held until then, and dropped if the word grows."""
     held: list[Audio] = field(default_factory=list)
+    """A trial's audio, until it is confirmed."""
     held_words: Sequence[int] | None = None
+    """A trial's word starts, until it is confirmed."""
     done: bool = False
+    """The engine has given all of it (a trial's end waits for its confirmation)."""
 
 
 class Turn:

@@ -158,6 +158,20 @@ class Job:
         self.deadline, self.first = plays_from + audio_seconds, False
 
 
+@dataclass(frozen=True, slots=True)
+class Load:
+    """The worker as a session paces itself by it (``ComputeWorker.load``)."""
+
+    wait: float
+    """Seconds segments wait in the queue lately (``ComputeWorker.queue_wait``)."""
+    cost: Cost
+    """A segment's compute to its first audio, as fitted."""
+    idle: bool
+    """A job submitted now would start at once."""
+    backlog: float
+    """Seconds a first segment asked for now would wait (``ComputeWorker.backlog``)."""
+
+
 @dataclass(slots=True)
 class WorkerStats:
     """What the lanes did over the last ``WINDOW`` seconds, for metrics and readiness."""
@@ -287,22 +301,36 @@ class ComputeWorker:
         with self._cond:
             return sum(not job.cancelled for job in self._queue)
 
+    def load(self) -> Load:
+        """What sessions pace themselves by, read at one instant (a session syncs after every
+        event and frame: one lock, not one per figure)."""
+        with self._cond:
+            now = self._clock()
+            cost = self._costs.estimate(now)
+            return Load(self._waited(now), cost, self._idle(), self._backlog(now, cost))
+
     @property
     def backlog(self) -> float:
         """Seconds a first segment asked for now would wait: the compute of the queued
         segments due before it, as the cost model puts it, over the lanes."""
         with self._cond:
             now = self._clock()
-            cost, due = self._costs.estimate(now), now + FIRST_AUDIO_TARGET
-            ahead = [j for j in self._queue if j.chars and not j.cancelled and j.due() <= due]
-            return sum(cost.latency(j.chars) for j in ahead) / self.stats.lanes
+            return self._backlog(now, self._costs.estimate(now))
 
     @property
     def idle(self) -> bool:
         """A job submitted now would start at once: a lane is free and nothing waits."""
         with self._cond:
-            waiting = any(not job.cancelled for job in self._queue)
-            return not waiting and self._running < self.stats.lanes
+            return self._idle()
+
+    def _backlog(self, now: float, cost: Cost) -> float:
+        due = now + FIRST_AUDIO_TARGET
+        ahead = [j for j in self._queue if j.chars and not j.cancelled and j.due() <= due]
+        return sum(cost.latency(j.chars) for j in ahead) / self.stats.lanes
+
+    def _idle(self) -> bool:
+        waiting = any(not job.cancelled for job in self._queue)
+        return not waiting and self._running < self.stats.lanes
 
     @property
     def queue_wait(self) -> float:
