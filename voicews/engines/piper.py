@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import logging
 import time
+import unicodedata
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -18,7 +19,7 @@ from ..audio import Audio
 from ..cache import cache_dir, file_key, write_atomically
 from .base import SynthesisOptions, WordStarts
 from .ort import Inferences, LaneSessions
-from .piper_words import WordPlacer, inference_chunks, phonemize
+from .piper_words import BOS, EOS, PAD, WordPlacer, inference_chunks, phonemize
 
 log = logging.getLogger(__name__)
 
@@ -34,6 +35,16 @@ against 2 and 0)."""
 CONTEXT = 12
 """Latent frames of context either side of a window: the generator's convolutions see about 11,
 and windows decoded with 12 gave the one-shot waveform to 120 dB (8: 63 dB)."""
+
+TAIL = 4
+"""Latent frames decoded past a sentence's last sounding phoneme. What follows it (the pad
+after it, a mark's pause, the end) is silence, which the stitcher mostly trims: it is given as
+zeros instead of decoded. Over 13 bench segments (x3), 11% of the frames were not decoded, and
+up to 40 ms past the last loud sample the waveform matched the whole decode to 39 dB at worst
+(2 frames: 22 dB; 6: 50 dB, saving 8%)."""
+FADE = 256
+"""Samples over which a decode cut short at its ``TAIL`` fades out, so it meets the zeros after
+it without a step."""
 
 
 def bundled_voice() -> Path:
@@ -98,6 +109,17 @@ def split_at_decoder(model: Path) -> tuple[Path, Path] | None:
     return front, decoder
 
 
+def sounding(id_samples: np.ndarray, silent: np.ndarray, hop: int) -> int:
+    """Latent frames to decode of a sentence whose phoneme ids have ``id_samples`` samples each
+    (``silent`` marks the ids that make no sound): up to its last sounding id, and ``TAIL``
+    more; all of them where none sounds."""
+    frames = int(id_samples.sum()) // hop
+    sounds = np.flatnonzero(~silent)
+    if sounds.size == 0:
+        return frames
+    return min(frames, int(id_samples[: sounds[-1] + 1].sum()) // hop + TAIL)
+
+
 def windows(frames: int, eager: bool) -> list[tuple[int, int]]:
     """Latent frame ranges to decode a sentence in: one, or for a listener waiting on it
     (``eager``) a first window of ``FIRST_WINDOW`` and the rest, where the rest is at least as
@@ -105,6 +127,14 @@ def windows(frames: int, eager: bool) -> list[tuple[int, int]]:
     if eager and frames >= 2 * FIRST_WINDOW:
         return [(0, FIRST_WINDOW), (FIRST_WINDOW, frames)]
     return [(0, frames)]
+
+
+def _sounds(phoneme: str) -> bool:
+    """Whether a phoneme of the voice's map makes a sound: a letter or a mark on one (not
+    Piper's pad, sentence start and end, a space or punctuation)."""
+    return phoneme not in (BOS, EOS, PAD) and any(
+        unicodedata.category(c)[0] in "LM" for c in phoneme
+    )
 
 
 class PiperEngine:
@@ -133,6 +163,9 @@ class PiperEngine:
         if self._decoder is not None:
             self._decoder_input = self._decoder.get_inputs()[0].name
         self._hop = config.hop_length
+        self._silent = {
+            i for p, ids in config.phoneme_id_map.items() if not _sounds(p) for i in ids
+        }
         self._words = WordPlacer(self._voice)
         self._config_type = SynthesisConfig
         self._length_scale = config.length_scale
@@ -158,8 +191,19 @@ class PiperEngine:
                 continue
             # piper-tts squeezed (batch, channels, frames): the batch, or a lone frame too
             frames = latents[np.newaxis] if latents.ndim == 2 else latents.reshape(1, -1, 1)
-            for window in windows(frames.shape[2], eager and index == 0):
-                yield self.decode(frames, window)
+            total = heard = frames.shape[2]
+            if id_samples is not None:
+                silent = np.array([i in self._silent for i in ids], dtype=bool)
+                heard = min(total, sounding(id_samples, silent, self._hop))
+            parts = windows(heard, eager and index == 0)
+            for number, window in enumerate(parts, 1):
+                audio = self.decode(frames[:, :, :heard], window)
+                if number == len(parts) and heard < total:  # the silence after it, as zeros
+                    audio[-FADE:] *= np.cos(np.linspace(0, np.pi / 2, min(FADE, audio.size)))
+                    audio = np.concatenate(
+                        [audio, np.zeros((total - heard) * self._hop, np.float32)]
+                    )
+                yield audio
         if timed and len(timed) == len(sentences):
             placed = self._words.place(text, timed)
             if placed is not None:
