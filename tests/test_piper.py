@@ -13,8 +13,10 @@ from voicews.engines.base import SynthesisOptions
 from voicews.engines.piper import (
     CONTEXT,
     FIRST_WINDOW,
+    TAIL,
     PiperEngine,
     bundled_voice,
+    sounding,
     split_at_decoder,
     windows,
     with_durations,
@@ -142,3 +144,36 @@ def test_an_eager_segment_gives_its_first_window_first(engine: PiperEngine) -> N
     assert len(eager[0]) == FIRST_WINDOW * 256
     assert [type(x).__name__ for x in eager] == ["ndarray"] * 3 + ["WordStarts"]
     assert [type(x).__name__ for x in plain] == ["ndarray"] * 2 + ["WordStarts"]
+
+
+def test_only_frames_up_to_the_last_sounding_phoneme_and_a_tail_are_decoded() -> None:
+    samples = np.array([3, 2, 4, 5, 7]) * 256
+    assert sounding(samples, np.array([True, False, False, True, True]), 256) == 9 + TAIL
+    assert sounding(samples, np.array([True, False, False, False, True]), 256) == 14 + TAIL
+    assert sounding(samples, np.array([True, False, False, False, False]), 256) == 21  # all
+    assert sounding(samples, np.array([True] * 5), 256) == 21  # nothing sounds: all of it
+
+
+@pytest.mark.parametrize("text", ["I have", "Sure,", "Okay", "Good question.", "Absolutely,"])
+def test_the_silence_after_the_last_phoneme_is_zeros_and_what_is_heard_the_whole_decode(
+    text: str,
+) -> None:
+    """The stitcher keeps at most a 260 ms pause after a segment's last loud sample (40 ms at a
+    word break): up to there, the audio is the voice's whole decode; after the tail, zeros of
+    the same length. Noise off: the latents are the same each time."""
+    engine = PiperEngine()
+    engine._voice.config.noise_scale = engine._voice.config.noise_w_scale = 0.0
+    ids = engine._voice.phonemes_to_ids(phonemize(engine._voice, text)[0])
+    latents, _ = engine._voice.phoneme_ids_to_audio(ids, include_alignments=True)
+    whole = engine.decode(latents[np.newaxis], (0, latents.shape[1]))
+    audio = np.concatenate(
+        [x for x in engine.synthesize(text, SynthesisOptions()) if isinstance(x, np.ndarray)]
+    )
+    assert audio.shape == whole.shape
+    zeros = np.flatnonzero(audio == 0.0)
+    assert zeros.size > 4 * 256 and not audio[zeros[0] :].any()  # frames not decoded
+    loud = np.flatnonzero(np.abs(whole) > 0.01)
+    heard = slice(0, loud[-1] + int(0.04 * engine.sample_rate))
+    error = audio[heard] - whole[heard]
+    assert 10 * np.log10(np.sum(whole[heard] ** 2) / np.sum(error**2)) > 35  # dB
+    print(f"{text!r}: {zeros.size / 256:.0f} of {whole.size / 256:.0f} frames not decoded")

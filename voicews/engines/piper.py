@@ -192,7 +192,7 @@ class PiperEngine:
             # piper-tts squeezed (batch, channels, frames): the batch, or a lone frame too
             frames = latents[np.newaxis] if latents.ndim == 2 else latents.reshape(1, -1, 1)
             total = heard = frames.shape[2]
-            if id_samples is not None:
+            if id_samples is not None and len(id_samples) == len(ids):
                 silent = np.array([i in self._silent for i in ids], dtype=bool)
                 heard = min(total, sounding(id_samples, silent, self._hop))
             parts = windows(heard, eager and index == 0)
