@@ -502,7 +502,7 @@ def test_the_backlog_is_the_compute_queued_before_a_first_segment_asked_for_now(
 ) -> None:
     rec = Recorder()
     gate = hold(worker, engine, rec, deadline=clock() + 1.0)
-    assert worker.backlog == 0.0  # running, not waiting
+    assert worker.load().backlog == 0.0  # running, not waiting
     now = clock()
     for name, deadline, chars in (
         ("due", now + 0.1, 40),
@@ -515,12 +515,13 @@ def test_the_backlog_is_the_compute_queued_before_a_first_segment_asked_for_now(
     # "due", and "first" (due FIRST_AUDIO_TARGET after it was asked for), go before a first
     # segment asked for now; "later" does not. One lane: all of their compute.
     cost = worker.cost
-    assert worker.backlog == pytest.approx(cost.latency(40) + cost.latency(20))
-    # What a session syncs to: the same figures, read under one lock.
-    assert worker.load() == Load(worker.queue_wait, cost, False, worker.backlog)
+    load = worker.load()
+    assert load.backlog == pytest.approx(cost.latency(40) + cost.latency(20))
+    # What a session syncs to: the worker's figures, read under one lock.
+    assert load == Load(worker.queue_wait, cost, False, load.backlog)
     gate.go.set()
     rec.wait(4)
-    assert worker.backlog == 0.0
+    assert worker.load().backlog == 0.0
 
 
 def test_overloaded_when_busy_lanes_keep_segments_waiting_or_listeners_run_dry() -> None:

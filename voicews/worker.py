@@ -169,7 +169,8 @@ class Load:
     idle: bool
     """A job submitted now would start at once."""
     backlog: float
-    """Seconds a first segment asked for now would wait (``ComputeWorker.backlog``)."""
+    """Seconds a first segment asked for now would wait: the compute of the queued segments
+    due before it, over the lanes."""
 
 
 @dataclass(slots=True)
@@ -309,26 +310,15 @@ class ComputeWorker:
             cost = self._costs.estimate(now)
             return Load(self._waited(now), cost, self._idle(), self._backlog(now, cost))
 
-    @property
-    def backlog(self) -> float:
+    def _backlog(self, now: float, cost: Cost) -> float:
         """Seconds a first segment asked for now would wait: the compute of the queued
         segments due before it, as the cost model puts it, over the lanes."""
-        with self._cond:
-            now = self._clock()
-            return self._backlog(now, self._costs.estimate(now))
-
-    @property
-    def idle(self) -> bool:
-        """A job submitted now would start at once: a lane is free and nothing waits."""
-        with self._cond:
-            return self._idle()
-
-    def _backlog(self, now: float, cost: Cost) -> float:
         due = now + FIRST_AUDIO_TARGET
         ahead = [j for j in self._queue if j.chars and not j.cancelled and j.due() <= due]
         return sum(cost.latency(j.chars) for j in ahead) / self.stats.lanes
 
     def _idle(self) -> bool:
+        """A job submitted now would start at once: a lane is free and nothing waits."""
         waiting = any(not job.cancelled for job in self._queue)
         return not waiting and self._running < self.stats.lanes
 
