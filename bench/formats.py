@@ -42,8 +42,8 @@ from voicews.encoding import (
 )
 from voicews.engines.base import SynthesisOptions, WordStarts
 from voicews.engines.piper import PiperEngine
-from voicews.segmenter import Segmenter, Urgency
 from voicews.server import ServerConfig, VoicewsServer
+from voicews.text.segmenter import Segmenter, Urgency
 
 REALTIME: tuple[tuple[int | None, str], ...] = (
     (None, "pcm_s16le"),  # None: the voice's own rate, the baseline

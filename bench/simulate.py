@@ -8,7 +8,7 @@ character plus 0.15 s per sentence) and time is simulated, so a run is determini
 scheduling policy can be compared with another where the shared machine is too noisy to tell.
 Each policy is a way to run the worker's queue:
 
-- ``planned``: voicews' worker (``voicews.worker``): the job due first runs next (``Job.due``:
+- ``planned``: voicews' worker (``voicews.compute``): the job due first runs next (``Job.due``:
   fairness per account, a first segment due ``FIRST_AUDIO_TARGET`` after it is asked for),
   one lane per core sharing one session: an inference alone gets all the cores, one beside
   another runs on its lane's thread, ``--shared-factor`` slower (1.15, measured).
@@ -49,11 +49,13 @@ from harness import (
 
 from voicews import worker as planning
 from voicews.client import word_pieces
-from voicews.cost import PRIORS, Cost, CostModel
-from voicews.outbox import Outgoing
+from voicews.compute.jobs import Account, Job
+from voicews.core.config import SessionConfig
+from voicews.core.cost import PRIORS, Cost, CostModel
+from voicews.core.jobs import SynthesisRequest
+from voicews.core.outbox import Outgoing
+from voicews.core.session import Session
 from voicews.protocol import AudioFrame, EndText, TextDelta, TurnDone, TurnReset
-from voicews.session import Session, SessionConfig, SynthesisRequest
-from voicews.worker import Account, Job
 
 RATE = 22050
 SECONDS_PER_CHAR = 0.058

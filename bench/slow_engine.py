@@ -8,7 +8,7 @@ tokens/s, played with no jitter buffer: a stall is any silence after a turn's fi
 
 Two pacings side by side: ``today``, the pacing before the cost model (one latency per
 character for every engine, 5 ms at first, rising at once with what the session sees), and
-``cost-aware`` (``voicews.pacing``: the engine's cost fitted fixed plus per character, from
+``cost-aware`` (``voicews.core.pacing``: the engine's cost fitted fixed plus per character, from
 the engine's prior: Piper's at 1x, Kokoro's at 10x and more; cuts that fit the audio in hand).
 
     python bench/slow_engine.py                  # 1x and 10x, N = 1, 2, 4: seconds
@@ -24,9 +24,9 @@ from collections.abc import Callable, Sequence
 from harness import Turn, fmt, int_list, percentile, render
 from simulate import POLICIES, RATE, EngineModel, Machine, Simulation, converse
 
-from voicews.cost import PRIORS, Cost
-from voicews.segmenter import Fit, Urgency
-from voicews.session import SessionConfig
+from voicews.core.config import SessionConfig
+from voicews.core.cost import PRIORS, Cost
+from voicews.text.segmenter import Fit, Urgency
 
 
 class TodayPacing:

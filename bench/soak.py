@@ -19,8 +19,8 @@ import time
 from dataclasses import replace
 
 from loadtest import SoakReport, soak
+from voicews.core.config import SessionConfig
 from voicews.server import ServerConfig, VoicewsServer
-from voicews.session import SessionConfig
 
 
 def resources() -> dict[str, float]:

@@ -33,8 +33,8 @@ import numpy as np
 from common import REPLIES, json_safe, rate_list, source_version
 
 from voicews.client import RealtimeClient, SpokenTurn, word_pieces
+from voicews.core.config import SessionConfig
 from voicews.server import ServerConfig, VoicewsServer
-from voicews.session import SessionConfig
 
 STALL_MS = 100.0
 """A run counts as stalled if its stall time is over this."""

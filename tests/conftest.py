@@ -19,9 +19,9 @@ import pytest
 
 from voicews.audio import Audio
 from voicews.client import RealtimeClient
+from voicews.core.config import SessionConfig
 from voicews.engines.base import Engine, SynthesisOptions, WordStarts
 from voicews.server import ServerConfig, VoicewsServer
-from voicews.session import SessionConfig
 
 # Slow machines: VOICEWS_TIMEOUT_SCALE=3 triples every wait in the suite.
 TIMEOUT_SCALE = float(os.environ.get("VOICEWS_TIMEOUT_SCALE", "1"))

@@ -15,9 +15,9 @@ import pytest
 
 from conftest import running, timeout, with_session
 from voicews.agent.client import Agent, AgentTurn, heard_text
-from voicews.agent.conversation import AgentConfig
 from voicews.agent.sinks import AudioSink, WavSink
 from voicews.client import RealtimeClient
+from voicews.core.conversation import AgentConfig
 from voicews.llm.local import LocalLLM
 from voicews.protocol import SegmentStarted
 from voicews.server import VoicewsServer

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from voicews.agent.conversation import AgentConfig, Conversation, Message, truncate_history
+from voicews.core.conversation import AgentConfig, Conversation, Message, truncate_history
 
 
 def conversation(turns: int, size: int = 10) -> list[Message]:

@@ -17,9 +17,10 @@ pytest.importorskip("mlx_lm", exc_type=ImportError)
 
 from conftest import TEST_CONFIG, running, timeout
 from tiny_llm import build_tiny_model
-from voicews.agent.conversation import AgentConfig
 from voicews.agent.server import AgentBackend
 from voicews.client import RealtimeClient
+from voicews.compute.execution import ComputeWorker
+from voicews.core.conversation import AgentConfig
 from voicews.errors import ErrorCode
 from voicews.protocol import (
     AudioFrame,
@@ -32,7 +33,6 @@ from voicews.protocol import (
     Words,
 )
 from voicews.server import VoicewsServer
-from voicews.worker import ComputeWorker
 
 MAX_TOKENS = 2000
 

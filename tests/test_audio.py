@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from voicews.audio import StitchConfig, Stitcher, from_pcm16, to_pcm16
-from voicews.segmenter import Boundary
+from voicews.text.segmenter import Boundary
 
 RATE = 22050
 

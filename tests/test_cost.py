@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from voicews.cost import HORIZON, PRIORS, WINDOW, Cost, CostModel
+from voicews.core.cost import HORIZON, PRIORS, WINDOW, Cost, CostModel
 
 
 def test_latency_and_what_fits_in_a_time() -> None:

@@ -14,11 +14,11 @@ from conftest import (
     tracing_heap,
 )
 from voicews.client import RealtimeClient, SpokenTurn
+from voicews.compute.execution import ComputeWorker
 from voicews.engines import engine_factory
 from voicews.errors import ErrorCode
 from voicews.protocol import AudioFrame
 from voicews.server import VoicewsServer
-from voicews.worker import ComputeWorker
 
 LONG = " ".join(f"Sentence {i} keeps the voice busy for a little while." for i in range(30))
 

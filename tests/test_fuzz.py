@@ -19,25 +19,24 @@ from hypothesis import strategies as st
 from websockets.sync.client import ClientConnection, connect
 
 from conftest import running, timeout, with_session
-from voicews.cost import DEFAULT_PRIOR
+from voicews.core import events as core
+from voicews.core.config import SessionConfig
+from voicews.core.cost import DEFAULT_PRIOR
+from voicews.core.session import Session
+from voicews.dialects.realtime import apply
 from voicews.errors import SESSION_CODES, VoicewsError
 from voicews.protocol import (
     CLIENT_TYPES,
     ENCODINGS,
     SAMPLE_RATES,
-    AudioFrame,
     Error,
     Pong,
-    SegmentStarted,
     TurnDone,
-    TurnStarted,
-    Words,
     decode_frame,
     parse_client_message,
     parse_server_event,
 )
 from voicews.server import VoicewsServer
-from voicews.session import Session, SessionConfig
 
 KNOWN_CODES = {c.value for c in SESSION_CODES}
 json_values = st.recursive(
@@ -169,7 +168,7 @@ def test_session_survives_any_sequence_of_frames(steps: list[object]) -> None:
                     session.on_words(job.job_id, [i * len(audio) // count for i in range(count)])
                 session.on_done(job.job_id, now)
         elif step == "final":
-            session.handle(parse_client_message('{"type": "end_text"}'), now)
+            apply(session, parse_client_message('{"type": "end_text"}'), now)
         else:
             assert isinstance(step, str | bytes)
             before = len(session.outbox)
@@ -180,7 +179,7 @@ def test_session_survives_any_sequence_of_frames(steps: list[object]) -> None:
                     session.report(exc)
                     assert len(session.outbox) == before + 1  # refused: exactly one error
                 else:
-                    session.handle(message, now)
+                    apply(session, message, now)
         pump()
     for _ in range(1000):  # let every turn run out, its timers firing as they would
         if not (in_flight or speaking(sent)):
@@ -200,8 +199,8 @@ def test_session_survives_any_sequence_of_frames(steps: list[object]) -> None:
 
 def speaking(sent: list[object]) -> bool:
     """A turn started and not yet done."""
-    starts = [i for i, item in enumerate(sent) if isinstance(item, TurnStarted)]
-    return bool(starts) and not any(isinstance(item, TurnDone) for item in sent[starts[-1] :])
+    starts = [i for i, item in enumerate(sent) if isinstance(item, core.TurnStarted)]
+    return bool(starts) and not any(isinstance(item, core.TurnDone) for item in sent[starts[-1] :])
 
 
 def check_stream(sent: list[object]) -> None:
@@ -209,27 +208,27 @@ def check_stream(sent: list[object]) -> None:
     them, whatever the format; errors are typed; a words event places its segment's words,
     in order, from where the segment starts."""
     open_turn, seq, latest, position = None, 0, None, 0
-    segment: SegmentStarted | None = None
+    segment: core.SegmentStarted | None = None
     for item in sent:
-        if isinstance(item, SegmentStarted):
+        if isinstance(item, core.SegmentStarted):
             assert item.turn_id == open_turn
             segment = item
-        elif isinstance(item, Words):
+        elif isinstance(item, core.Words):
             assert segment is not None and item.turn_id == segment.turn_id == open_turn
             assert " ".join(w.text for w in item.words) == " ".join(segment.text.split())
             starts = [w.start_sample for w in item.words]
             assert starts == sorted(starts) and starts[0] >= segment.start_sample
             segment = None  # one words event per segment
-        if isinstance(item, Error):
+        if isinstance(item, core.Error):
             assert item.code in KNOWN_CODES and item.message
-        elif isinstance(item, TurnStarted):
+        elif isinstance(item, core.TurnStarted):
             assert open_turn is None and item.turn_id != latest  # duplicate_turn_id
             open_turn, seq, latest, position = item.turn_id, 0, item.turn_id, 0
-        elif isinstance(item, AudioFrame):
+        elif isinstance(item, core.AudioFrame):
             assert item.turn_id == open_turn and item.seq == seq
             assert item.start_sample == position and item.samples > 0
             seq, position = seq + 1, position + item.samples
-        elif isinstance(item, TurnDone):
+        elif isinstance(item, core.TurnDone):
             assert item.turn_id == open_turn and item.samples == position
             open_turn = None
     assert open_turn is None

@@ -25,13 +25,13 @@ from wyoming.tts import Synthesize, SynthesizeVoice
 
 from conftest import TEST_CONFIG, running, timeout
 from voicews.client import RealtimeClient, SpokenTurn
+from voicews.dialects.wyoming import WyomingServer
 from voicews.engines.base import SynthesisOptions, WordStarts
 from voicews.engines.kokoro import KokoroEngine
 from voicews.engines.kokoro.assets import SAMPLE_RATE, SAMPLES_PER_FRAME
 from voicews.errors import ErrorCode
 from voicews.protocol import AudioFormat, AudioFrame, Error, SessionUpdated, TurnDone
 from voicews.server import VoicewsServer
-from voicews.wyoming import WyomingServer
 
 pytestmark = pytest.mark.slow
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from voicews.listener import ListenerClock
+from voicews.core.listener import ListenerClock
 
 
 def test_plays_in_real_time_from_the_first_audio() -> None:

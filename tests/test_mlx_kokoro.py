@@ -30,6 +30,7 @@ pytest.importorskip("onnx")
 
 from conftest import TEST_CONFIG, running, timeout  # noqa: E402
 from voicews.client import RealtimeClient, SpokenTurn  # noqa: E402
+from voicews.compute.execution import ComputeWorker  # noqa: E402
 from voicews.engines.base import Engine, SynthesisOptions, WordStarts  # noqa: E402
 from voicews.engines.kokoro.assets import load_voice, model_path, style  # noqa: E402
 from voicews.engines.kokoro.engine import KokoroEngine  # noqa: E402
@@ -49,7 +50,6 @@ from voicews.engines.kokoro.mlx_weights import (  # noqa: E402
 from voicews.engines.kokoro.phonemes import PAD, phonemize, tokenize  # noqa: E402
 from voicews.engines.mlx_piper.model import Conv  # noqa: E402
 from voicews.server import ServerConfig  # noqa: E402
-from voicews.worker import ComputeWorker  # noqa: E402
 
 TEXT = "Hello there, how can I help?"
 Array = npt.NDArray[np.float32]

@@ -27,6 +27,7 @@ from conftest import TEST_CONFIG, running, timeout  # noqa: E402
 from measures import join_jumps, snr_db  # noqa: E402
 from voicews.cache import cache_dir  # noqa: E402
 from voicews.client import RealtimeClient, SpokenTurn  # noqa: E402
+from voicews.compute.execution import ComputeWorker  # noqa: E402
 from voicews.engines.base import Engine, SynthesisOptions, WordStarts  # noqa: E402
 from voicews.engines.mlx_piper import MlxPiperEngine  # noqa: E402
 from voicews.engines.mlx_piper.decode import (  # noqa: E402
@@ -46,7 +47,6 @@ from voicews.engines.mlx_piper.weights import (  # noqa: E402
 from voicews.engines.piper import bundled_voice  # noqa: E402
 from voicews.protocol import SessionUpdate, encode_event  # noqa: E402
 from voicews.server import ServerConfig  # noqa: E402
-from voicews.worker import ComputeWorker  # noqa: E402
 
 TEXT = "Hello there, how can I help?"
 SPOKEN = "Sure, I can help with that. Your flight leaves early tomorrow morning."

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from voicews.outbox import Outbox
-from voicews.protocol import (
+from voicews.core.events import (
     AudioFrame,
     Error,
     Pong,
@@ -13,6 +12,7 @@ from voicews.protocol import (
     WordMark,
     Words,
 )
+from voicews.core.outbox import Outbox
 
 
 def frame(turn_id: str, seq: int, samples: int = 10) -> AudioFrame:

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from voicews.cost import DEFAULT_PRIOR, Cost
-from voicews.pacing import Pacing
-from voicews.segmenter import Fit, Urgency
+from voicews.core.cost import DEFAULT_PRIOR, Cost
+from voicews.core.pacing import Pacing
+from voicews.text.segmenter import Fit, Urgency
 
 COST = Cost(fixed=0.1, per_char=0.005)
 

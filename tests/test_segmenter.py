@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from voicews.segmenter import (
+from voicews.text.segmenter import (
     SPOKEN_EXTRA,
     Boundary,
     Fit,

@@ -7,33 +7,38 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from voicews.agent.conversation import AgentConfig
-from voicews.cost import Cost
-from voicews.encoding import OutputFormat
-from voicews.errors import CloseCode, ErrorCode
-from voicews.outbox import Outgoing
-from voicews.protocol import (
-    AudioFormat,
+from voicews.core.config import SessionConfig
+from voicews.core.conversation import AgentConfig
+from voicews.core.cost import Cost
+from voicews.core.events import (
     AudioFrame,
-    AudioUpdate,
-    Cancel,
-    EndText,
     Error,
-    Ping,
-    Playback,
+    Outgoing,
     Pong,
     ReplyDelta,
     SegmentStarted,
-    SessionUpdate,
     SessionUpdated,
-    TextDelta,
     TurnDone,
-    TurnReset,
     TurnStarted,
-    UserMessage,
     Words,
 )
-from voicews.session import GenerationRequest, Session, SessionConfig, SynthesisRequest
+from voicews.core.jobs import GenerationRequest, SynthesisRequest
+from voicews.core.session import Session
+from voicews.dialects.realtime import apply, created
+from voicews.encoding import OutputFormat
+from voicews.errors import CloseCode, ErrorCode
+from voicews.protocol import (
+    AudioFormat,
+    AudioUpdate,
+    Cancel,
+    EndText,
+    Ping,
+    Playback,
+    SessionUpdate,
+    TextDelta,
+    TurnReset,
+    UserMessage,
+)
 
 RATE = 22050
 COST = Cost(fixed=0.1, per_char=0.005)
@@ -81,22 +86,22 @@ def errors(items: list[Outgoing]) -> list[ErrorCode]:
 
 
 def test_created_advertises_format_and_limits() -> None:
-    created = make(max_pending_text_chars=123).created(max_sessions=7)
-    assert created.audio.sample_rate == RATE and created.protocol == 1
-    assert (created.limits.max_pending_text_chars, created.limits.max_sessions) == (123, 7)
+    hello = created(make(max_pending_text_chars=123), max_sessions=7)
+    assert hello.audio.sample_rate == RATE and hello.protocol == 1
+    assert (hello.limits.max_pending_text_chars, hello.limits.max_sessions) == (123, 7)
 
 
 def test_turn_runs_to_done_with_ordered_frames() -> None:
     s = make()
-    s.handle(TurnReset(turn_id="t1"), 0.0)
-    s.handle(TextDelta(text="Hello there, how are you today? I am"), 0.0)
+    apply(s, TurnReset(turn_id="t1"), 0.0)
+    apply(s, TextDelta(text="Hello there, how are you today? I am"), 0.0)
     first = one(s)
     assert (first.text, first.first, first.options.eager) == ("Hello there,", True, True)
     synthesize(s, first, 0.8, 0.05)
     second = one(s)  # the next sentence is already complete
     assert (second.text, second.first, second.options.eager) == ("how are you today?", False, False)
-    s.handle(TextDelta(text=" fine."), 0.1)
-    s.handle(EndText(), 0.1)
+    apply(s, TextDelta(text=" fine."), 0.1)
+    apply(s, EndText(), 0.1)
     assert s.take_submissions() == []  # one job in flight per session
     synthesize(s, second, 1.2, 0.2)
     third = one(s)
@@ -120,13 +125,13 @@ def test_turn_runs_to_done_with_ordered_frames() -> None:
 
 def test_barge_in_drops_queued_audio_and_cancels_synthesis() -> None:
     s = make()
-    s.handle(TurnReset(turn_id="t1"), 0.0)
-    s.handle(TextDelta(text="One sentence here. Another one follows. "), 0.0)
+    apply(s, TurnReset(turn_id="t1"), 0.0)
+    apply(s, TextDelta(text="One sentence here. Another one follows. "), 0.0)
     req = one(s)
     synthesize(s, req, 1.0, 0.1)
     in_flight = one(s)
     sent = [send(s, 0.1) for _ in range(3)]
-    s.handle(TurnReset(turn_id="t2"), 0.2)
+    apply(s, TurnReset(turn_id="t2"), 0.2)
     assert s.take_cancellations() == [in_flight.job_id]
     items = drain(s, 0.2)
     assert items == [
@@ -140,19 +145,19 @@ def test_barge_in_drops_queued_audio_and_cancels_synthesis() -> None:
     ]
     synthesize(s, in_flight, 1.0, 0.3)  # a late result of the cancelled job is ignored
     assert drain(s, 0.3) == []
-    s.handle(TextDelta(text="New turn. "), 0.3)
+    apply(s, TextDelta(text="New turn. "), 0.3)
     assert one(s).turn_id == "t2"
 
 
 def test_cut_turn_reports_the_text_heard_by_the_clients_playback() -> None:
     s = make()
-    s.handle(TurnReset(turn_id="t1"), 0.0)
-    s.handle(TextDelta(text="First part here. Second part follows. Third part. "), 0.0)
+    apply(s, TurnReset(turn_id="t1"), 0.0)
+    apply(s, TextDelta(text="First part here. Second part follows. Third part. "), 0.0)
     for _ in range(4):  # "First part" "here." "Second part follows." "Third part."
         synthesize(s, one(s), 1.0, 0.1)
         drain(s, 0.1)  # all four segments are sent, a second of audio each...
-    s.handle(Playback(turn_id="t1", samples_played=50_000), 0.5)  # ...2.3 s played
-    s.handle(TurnReset(turn_id="t2"), 0.5)
+    apply(s, Playback(turn_id="t1", samples_played=50_000), 0.5)  # ...2.3 s played
+    apply(s, TurnReset(turn_id="t2"), 0.5)
     done = next(i for i in drain(s, 0.5) if isinstance(i, TurnDone))
     assert done.heard_text == "First part here. Second part follows."
     assert done.samples > 80_000
@@ -160,8 +165,8 @@ def test_cut_turn_reports_the_text_heard_by_the_clients_playback() -> None:
 
 def test_placed_words_go_to_the_client_and_cut_heard_text_at_a_word() -> None:
     s = make()
-    s.handle(TurnReset(turn_id="t1"), 0.0)
-    s.handle(TextDelta(text="Hi there. One two three four. "), 0.0)
+    apply(s, TurnReset(turn_id="t1"), 0.0)
+    apply(s, TextDelta(text="Hi there. One two three four. "), 0.0)
     first = one(s)  # "Hi there."
     synthesize(s, first, 1.0, 0.1)
     second = one(s)
@@ -183,51 +188,51 @@ def test_placed_words_go_to_the_client_and_cut_heard_text_at_a_word() -> None:
     ]
     # The listener heard "One two" and the start of "three": the cut keeps those words.
     played = words.words[2].start_sample + 1
-    s.handle(Playback(turn_id="t1", samples_played=played), 0.5)
-    s.handle(TurnReset(turn_id="t2"), 0.5)
+    apply(s, Playback(turn_id="t1", samples_played=played), 0.5)
+    apply(s, TurnReset(turn_id="t2"), 0.5)
     done = next(i for i in drain(s, 0.5) if isinstance(i, TurnDone))
     assert done.heard_text == "Hi there. One two three"
 
 
 def test_a_miscounted_word_placement_leaves_the_segment_whole() -> None:
     s = make()
-    s.handle(TurnReset(turn_id="t1"), 0.0)
-    s.handle(TextDelta(text="One two three four. "), 0.0)
-    s.handle(EndText(), 0.0)
+    apply(s, TurnReset(turn_id="t1"), 0.0)
+    apply(s, TextDelta(text="One two three four. "), 0.0)
+    apply(s, EndText(), 0.0)
     req = one(s)
     assert req.text == "One two"
     s.on_audio(req.job_id, speech(1.0), 0.1)
     s.on_words(req.job_id, [0, 100, 200])  # three starts for two words
     s.on_done(req.job_id, 0.1)
     assert not any(isinstance(i, Words) for i in drain(s, 0.1))
-    s.handle(Playback(turn_id="t1", samples_played=10), 0.2)
-    s.handle(Cancel(), 0.2)
+    apply(s, Playback(turn_id="t1", samples_played=10), 0.2)
+    apply(s, Cancel(), 0.2)
     done = next(i for i in drain(s, 0.2) if isinstance(i, TurnDone))
     assert done.heard_text == "One two"
 
 
 def test_cancel_cuts_the_turn_without_starting_another() -> None:
     s = make()
-    s.handle(Cancel(), 0.0)
+    apply(s, Cancel(), 0.0)
     assert errors(drain(s)) == [ErrorCode.NO_ACTIVE_TURN]
-    s.handle(TurnReset(turn_id="t1"), 0.0)
-    s.handle(TextDelta(text="Hello there, friend."), 0.0)
+    apply(s, TurnReset(turn_id="t1"), 0.0)
+    apply(s, TextDelta(text="Hello there, friend."), 0.0)
     req = one(s)
-    s.handle(Cancel(), 0.1)
+    apply(s, Cancel(), 0.1)
     assert s.take_cancellations() == [req.job_id]
     assert drain(s)[-1] == TurnDone(turn_id="t1", samples=0, cancelled=True, heard_text="")
-    s.handle(TextDelta(text="more"), 0.2)
+    apply(s, TextDelta(text="more"), 0.2)
     assert errors(drain(s)) == [ErrorCode.NO_ACTIVE_TURN]
 
 
 def test_refusals_are_typed_and_change_nothing() -> None:
     s = make(max_pending_text_chars=30, max_turn_text_chars=50)
-    s.handle(TextDelta(text="hi"), 0.0)
-    s.handle(EndText(), 0.0)
-    s.handle(TurnReset(turn_id="t1"), 0.0)
-    s.handle(TurnReset(turn_id="t1"), 0.0)
-    s.handle(TextDelta(text="x" * 31), 0.0)  # over the pending bound, no cut possible
-    s.handle(TextDelta(text="a b c d e f g h i j k l m n"), 0.0)
+    apply(s, TextDelta(text="hi"), 0.0)
+    apply(s, EndText(), 0.0)
+    apply(s, TurnReset(turn_id="t1"), 0.0)
+    apply(s, TurnReset(turn_id="t1"), 0.0)
+    apply(s, TextDelta(text="x" * 31), 0.0)  # over the pending bound, no cut possible
+    apply(s, TextDelta(text="a b c d e f g h i j k l m n"), 0.0)
     assert errors(drain(s)) == [
         ErrorCode.NO_ACTIVE_TURN,
         ErrorCode.NO_ACTIVE_TURN,
@@ -236,27 +241,27 @@ def test_refusals_are_typed_and_change_nothing() -> None:
     ]
     req = one(s)  # the refused delta left no trace; the accepted one is being spoken
     assert req.text == "a b"
-    s.handle(EndText(), 0.0)
-    s.handle(TextDelta(text="late"), 0.0)
-    s.handle(EndText(), 0.0)
+    apply(s, EndText(), 0.0)
+    apply(s, TextDelta(text="late"), 0.0)
+    apply(s, EndText(), 0.0)
     assert errors(drain(s)) == [ErrorCode.TURN_CLOSED, ErrorCode.TURN_CLOSED]
 
 
 def test_turn_text_limit_counts_all_text_of_the_turn() -> None:
     s = make(max_turn_text_chars=20)
-    s.handle(TurnReset(turn_id="t1"), 0.0)
-    s.handle(TextDelta(text="Hello there, you."), 0.0)
+    apply(s, TurnReset(turn_id="t1"), 0.0)
+    apply(s, TextDelta(text="Hello there, you."), 0.0)
     synthesize(s, one(s), 0.5, 0.1)
-    s.handle(TextDelta(text=" And more"), 0.1)
+    apply(s, TextDelta(text=" And more"), 0.1)
     assert errors(drain(s)) == [ErrorCode.TURN_TEXT_TOO_LONG]
-    s.handle(TextDelta(text=" Hi"), 0.1)  # exactly at the limit
+    apply(s, TextDelta(text=" Hi"), 0.1)  # exactly at the limit
     assert errors(drain(s)) == []
 
 
 def test_slow_reader_pauses_synthesis_until_audio_is_read() -> None:
     s = make(max_pending_audio_ms=1000)
-    s.handle(TurnReset(turn_id="t1"), 0.0)
-    s.handle(TextDelta(text="First one. Second one. Third one. "), 0.0)
+    apply(s, TurnReset(turn_id="t1"), 0.0)
+    apply(s, TextDelta(text="First one. Second one. Third one. "), 0.0)
     synthesize(s, one(s), 1.5, 0.1)  # 1.5 s queued, over the 1 s bound
     assert s.take_submissions() == []
     assert s.wakeup_at(0.1) == 600.0  # paused: no timer but the turn-duration limit
@@ -268,9 +273,9 @@ def test_slow_reader_pauses_synthesis_until_audio_is_read() -> None:
 def idle_worker_turn(*deltas: str) -> Session:
     s = make(idle_flush_ms=500)
     s.load(0.0, COST, idle=True)
-    s.handle(TurnReset(turn_id="t1"), 0.0)
+    apply(s, TurnReset(turn_id="t1"), 0.0)
     for delta in deltas:
-        s.handle(TextDelta(text=delta), 0.0)
+        apply(s, TextDelta(text=delta), 0.0)
     return s
 
 
@@ -284,13 +289,13 @@ def test_an_idle_worker_tries_the_first_words_before_the_next_token_confirms_the
     s.on_words(trial.job_id, [0, 2205])
     s.on_done(trial.job_id, 0.04)
     assert [type(i) for i in drain(s, 0.04)] == [TurnStarted]  # held: no audio yet
-    s.handle(TextDelta(text=" booked"), 0.05)
+    apply(s, TextDelta(text=" booked"), 0.05)
     items = drain(s, 0.05)
     assert [i.text for i in items if isinstance(i, SegmentStarted)] == ["I have"]
     assert sum(i.samples for i in items if isinstance(i, AudioFrame)) > 0.4 * RATE
     assert [w.text for i in items if isinstance(i, Words) for w in i.words] == ["I", "have"]
-    s.handle(TextDelta(text=" you."), 0.1)
-    s.handle(EndText(), 0.1)
+    apply(s, TextDelta(text=" you."), 0.1)
+    apply(s, EndText(), 0.1)
     assert one(s).text == "booked you."  # done: the next segment follows
     assert s.stats.trials == ["confirmed"]
 
@@ -299,13 +304,13 @@ def test_a_trial_whose_word_grows_is_dropped_and_cut_again() -> None:
     s = idle_worker_turn("I", " have")
     trial = one(s)
     s.on_audio(trial.job_id, speech(0.5), 0.03)
-    s.handle(TextDelta(text="n't"), 0.05)  # "haven't": the trial said the wrong word
+    apply(s, TextDelta(text="n't"), 0.05)  # "haven't": the trial said the wrong word
     assert s.take_cancellations() == [trial.job_id]
     again = one(s)
     assert (again.text, again.first) == ("I haven't", True)  # a trial again, of the whole word
     s.on_audio(trial.job_id, speech(0.5), 0.06)  # the dropped job's late audio: ignored
     assert [type(i) for i in drain(s, 0.06)] == [TurnStarted]
-    s.handle(TextDelta(text=" seen"), 0.1)
+    apply(s, TextDelta(text=" seen"), 0.1)
     synthesize(s, again, 0.5, 0.1)
     items = drain(s, 0.1)
     assert [i.text for i in items if isinstance(i, SegmentStarted)] == ["I haven't"]
@@ -317,7 +322,7 @@ def test_a_trial_ends_with_the_text_or_when_it_stops_coming() -> None:
     as it would be without one (a two-word reply is spoken all the same)."""
     s = idle_worker_turn("I", " have")
     trial = one(s)
-    s.handle(EndText(), 0.05)
+    apply(s, EndText(), 0.05)
     assert s.take_cancellations() == [trial.job_id]
     assert one(s).text == "I have"
     quiet = idle_worker_turn("I", " have")
@@ -330,8 +335,8 @@ def test_a_trial_ends_with_the_text_or_when_it_stops_coming() -> None:
 
 def test_no_trial_while_the_worker_is_busy_or_for_what_may_still_grow() -> None:
     busy = make()
-    busy.handle(TurnReset(turn_id="t1"), 0.0)
-    busy.handle(TextDelta(text="I have"), 0.0)
+    apply(busy, TurnReset(turn_id="t1"), 0.0)
+    apply(busy, TextDelta(text="I have"), 0.0)
     assert busy.take_submissions() == []  # the worker busy: no compute spent on a guess
     for text in ("", " ", "I", "At 10", "A well-"):  # no word; one; a number; one going on
         assert idle_worker_turn(text).take_submissions() == [], text
@@ -339,8 +344,8 @@ def test_no_trial_while_the_worker_is_busy_or_for_what_may_still_grow() -> None:
 
 def test_idle_flush_speaks_text_that_stopped_mid_sentence() -> None:
     s = make(idle_flush_ms=500)
-    s.handle(TurnReset(turn_id="t1"), 0.0)
-    s.handle(TextDelta(text="Checking"), 1.0)  # one word that may still grow
+    apply(s, TurnReset(turn_id="t1"), 0.0)
+    apply(s, TextDelta(text="Checking"), 1.0)  # one word that may still grow
     assert s.take_submissions() == []
     assert s.wakeup_at(1.0) == 1.5
     s.tick(1.2)
@@ -352,8 +357,8 @@ def test_idle_flush_speaks_text_that_stopped_mid_sentence() -> None:
 def test_stall_guard_cuts_at_a_clause_before_the_listener_runs_dry() -> None:
     s = make(stall_guard_ms=400, idle_flush_ms=10_000)
     s.load(0.0, COST)
-    s.handle(TurnReset(turn_id="t1"), 0.0)
-    s.handle(TextDelta(text="Hi, the forecast for today is sunny, warm and "), 0.0)
+    apply(s, TurnReset(turn_id="t1"), 0.0)
+    apply(s, TextDelta(text="Hi, the forecast for today is sunny, warm and "), 0.0)
     synthesize(s, one(s), 1.0, 0.1)
     drain(s, 0.1)  # the listener now has audio until about t = 1.1
     assert s.take_submissions() == []  # no sentence end yet, and audio in hand
@@ -370,8 +375,8 @@ def test_an_idle_worker_takes_a_clause_while_the_listener_has_audio_in_hand() ->
     stall guard's time."""
     s = make(stall_guard_ms=400, idle_flush_ms=10_000)
     s.load(0.0, COST, idle=True)
-    s.handle(TurnReset(turn_id="t1"), 0.0)
-    s.handle(TextDelta(text="Hi, the forecast for today is sunny, warm and "), 0.0)
+    apply(s, TurnReset(turn_id="t1"), 0.0)
+    apply(s, TextDelta(text="Hi, the forecast for today is sunny, warm and "), 0.0)
     synthesize(s, one(s), 1.0, 0.1)
     drain(s, 0.1)
     assert one(s).text == "the forecast for today is sunny,"
@@ -380,8 +385,8 @@ def test_an_idle_worker_takes_a_clause_while_the_listener_has_audio_in_hand() ->
 def test_stall_guard_grows_with_the_synthesis_latency_it_sees() -> None:
     s = make(stall_guard_ms=100, idle_flush_ms=10_000)
     s.load(0.0, COST)
-    s.handle(TurnReset(turn_id="t1"), 0.0)
-    s.handle(TextDelta(text="Hi, the forecast for today is sunny, warm and "), 0.0)
+    apply(s, TurnReset(turn_id="t1"), 0.0)
+    apply(s, TextDelta(text="Hi, the forecast for today is sunny, warm and "), 0.0)
     synthesize(s, one(s), 3.0, 0.9)  # a slow worker: 0.9 s to the first audio of "Hi,"
     drain(s, 0.9)
     wake = s.wakeup_at(0.9)
@@ -397,8 +402,8 @@ def test_a_slower_engine_cuts_sooner() -> None:
     for cost in (COST, Cost(fixed=0.4, per_char=0.02)):
         s = make(stall_guard_ms=100, idle_flush_ms=10_000)
         s.load(0.0, cost)
-        s.handle(TurnReset(turn_id="t1"), 0.0)
-        s.handle(TextDelta(text="Hi, the forecast for today is sunny, warm and "), 0.0)
+        apply(s, TurnReset(turn_id="t1"), 0.0)
+        apply(s, TextDelta(text="Hi, the forecast for today is sunny, warm and "), 0.0)
         synthesize(s, one(s), 3.0, cost.latency(3))
         drain(s, cost.latency(3))
         wake = s.wakeup_at(cost.latency(3))
@@ -410,8 +415,8 @@ def test_a_slower_engine_cuts_sooner() -> None:
 def test_word_cuts_wait_until_the_listener_is_nearly_dry() -> None:
     s = make(stall_guard_ms=300, idle_flush_ms=10_000)  # clause at 0.475 s left, word at 0.275
     s.load(0.0, COST)
-    s.handle(TurnReset(turn_id="t1"), 0.0)
-    s.handle(TextDelta(text="Sure, I can help with"), 0.0)
+    apply(s, TurnReset(turn_id="t1"), 0.0)
+    apply(s, TextDelta(text="Sure, I can help with"), 0.0)
     synthesize(s, one(s), 1.0, 0.1)
     drain(s, 0.1)  # audio until about t = 1.09
     wakes = []
@@ -431,9 +436,9 @@ def test_with_all_the_text_in_a_sentence_too_long_to_fit_is_cut_once_critical() 
     for which a timer is set though no more text can come."""
     s = make(stall_guard_ms=300, idle_flush_ms=10_000)
     s.load(0.0, COST)
-    s.handle(TurnReset(turn_id="t1"), 0.0)
-    s.handle(TextDelta(text="Sure, I can help with that and more today."), 0.0)
-    s.handle(EndText(), 0.0)
+    apply(s, TurnReset(turn_id="t1"), 0.0)
+    apply(s, TextDelta(text="Sure, I can help with that and more today."), 0.0)
+    apply(s, EndText(), 0.0)
     synthesize(s, one(s), 0.5, 0.1)
     drain(s, 0.1)  # audio until about t = 0.59; the rest would take 0.28 s
     assert s.take_submissions() == []
@@ -454,8 +459,8 @@ def test_rate_limit_refuses_messages_over_the_rate() -> None:
 
 def test_turn_duration_limit_cuts_the_turn() -> None:
     s = make(max_turn_seconds=5.0)
-    s.handle(TurnReset(turn_id="t1"), 0.0)
-    s.handle(TextDelta(text="Hello there, a long one. "), 0.0)
+    apply(s, TurnReset(turn_id="t1"), 0.0)
+    apply(s, TextDelta(text="Hello there, a long one. "), 0.0)
     req = one(s)
     assert s.wakeup_at(0.0) == 5.0
     s.tick(5.0)
@@ -480,9 +485,9 @@ def test_idle_session_is_closed_after_the_idle_timeout() -> None:
 def test_idle_clock_starts_when_a_turn_ends() -> None:
     s = make(idle_timeout_s=30.0)
     s.start(0.0)
-    s.handle(TurnReset(turn_id="t1"), 0.0)
-    s.handle(TextDelta(text="Hello there, friend."), 0.0)
-    s.handle(EndText(), 0.0)
+    apply(s, TurnReset(turn_id="t1"), 0.0)
+    apply(s, TextDelta(text="Hello there, friend."), 0.0)
+    apply(s, EndText(), 0.0)
     synthesize(s, one(s), 0.5, 40.0)  # a long turn: it ends at t = 40
     synthesize(s, one(s), 0.5, 40.0)
     drain(s, 40.0)
@@ -493,10 +498,10 @@ def test_idle_clock_starts_when_a_turn_ends() -> None:
 
 def test_queued_events_count_events_not_frames() -> None:
     s = make()
-    s.handle(TurnReset(turn_id="t1"), 0.0)
-    s.handle(TextDelta(text="Hello there, friend."), 0.0)
+    apply(s, TurnReset(turn_id="t1"), 0.0)
+    apply(s, TextDelta(text="Hello there, friend."), 0.0)
     synthesize(s, one(s), 0.5, 0.1)
-    s.handle(Ping(), 0.1)
+    apply(s, Ping(), 0.1)
     frames = sum(isinstance(i, AudioFrame) for i in s.outbox)
     assert frames > 5 and s.outbox.events == len(s.outbox) - frames == 3
     drain(s)
@@ -505,13 +510,13 @@ def test_queued_events_count_events_not_frames() -> None:
 
 def test_draining_finishes_the_turn_then_asks_to_close() -> None:
     s = make()
-    s.handle(TurnReset(turn_id="t1"), 0.0)
-    s.handle(TextDelta(text="Almost done."), 0.0)
-    s.handle(EndText(), 0.0)
+    apply(s, TurnReset(turn_id="t1"), 0.0)
+    apply(s, TextDelta(text="Almost done."), 0.0)
+    apply(s, EndText(), 0.0)
     req = one(s)
     s.drain(0.1)
     assert s.close_request is None
-    s.handle(TurnReset(turn_id="t2"), 0.1)
+    apply(s, TurnReset(turn_id="t2"), 0.1)
     synthesize(s, req, 0.5, 0.2)
     items = drain(s, 0.2)
     assert errors(items) == [ErrorCode.SHUTTING_DOWN]
@@ -525,12 +530,12 @@ def test_draining_finishes_the_turn_then_asks_to_close() -> None:
 
 def test_stats_record_first_audio_stalls_and_outcomes() -> None:
     s = make()
-    s.handle(TurnReset(turn_id="t1"), 0.0)
-    s.handle(TextDelta(text="Hello there, you. "), 0.5)
+    apply(s, TurnReset(turn_id="t1"), 0.0)
+    apply(s, TextDelta(text="Hello there, you. "), 0.5)
     synthesize(s, one(s), 0.5, 0.6)
     drain(s, 0.7)
     synthesize(s, one(s), 0.5, 2.0)  # the listener ran dry near t = 1.2
-    s.handle(EndText(), 2.0)
+    apply(s, EndText(), 2.0)
     drain(s, 2.0)
     assert [round(x, 3) for x in s.stats.first_audio] == [0.2]
     assert len(s.stats.stalls) == 1 and 0.75 < s.stats.stalls[0] < 0.85
@@ -539,50 +544,50 @@ def test_stats_record_first_audio_stalls_and_outcomes() -> None:
 
 def test_engine_failure_ends_turn_and_session_goes_on() -> None:
     s = make()
-    s.handle(TurnReset(turn_id="t1"), 0.0)
-    s.handle(TextDelta(text="Hello there, friend."), 0.0)
+    apply(s, TurnReset(turn_id="t1"), 0.0)
+    apply(s, TextDelta(text="Hello there, friend."), 0.0)
     s.on_failed(one(s).job_id, "boom", 0.1)
     items = drain(s)
     assert errors(items) == [ErrorCode.SYNTHESIS_FAILED]
     assert not any(isinstance(i, SegmentStarted) for i in items)  # nothing was spoken
     assert items[-1] == TurnDone(turn_id="t1", samples=0, cancelled=True)
-    s.handle(TurnReset(turn_id="t2"), 0.2)
-    s.handle(TextDelta(text="Still here."), 0.2)
-    s.handle(EndText(), 0.2)
+    apply(s, TurnReset(turn_id="t2"), 0.2)
+    apply(s, TextDelta(text="Still here."), 0.2)
+    apply(s, EndText(), 0.2)
     assert one(s).turn_id == "t2"
 
 
 def test_ping_is_answered_in_order() -> None:
     s = make()
-    s.handle(TurnReset(turn_id="t1"), 0.0)
-    s.handle(TextDelta(text="Hello there, friend."), 0.0)
+    apply(s, TurnReset(turn_id="t1"), 0.0)
+    apply(s, TextDelta(text="Hello there, friend."), 0.0)
     synthesize(s, one(s), 0.5, 0.1)
-    s.handle(Ping(id="p1"), 0.2)
+    apply(s, Ping(id="p1"), 0.2)
     assert drain(s)[-1] == Pong(id="p1")
 
 
 def test_speed_applies_to_next_segment() -> None:
     s = make()
-    s.handle(SessionUpdate(speed=1.5), 0.0)
-    s.handle(TurnReset(turn_id="t1"), 0.0)
-    s.handle(TextDelta(text="Quick, please."), 0.0)
+    apply(s, SessionUpdate(speed=1.5), 0.0)
+    apply(s, TurnReset(turn_id="t1"), 0.0)
+    apply(s, TextDelta(text="Quick, please."), 0.0)
     assert one(s).options.speed == 1.5
 
 
 def test_a_voice_update_is_acknowledged_and_a_refused_one_changes_nothing() -> None:
     s = make(voices=("af_heart", "bm_george"))
-    assert s.created(max_sessions=1).voices == ["af_heart", "bm_george"]
-    s.handle(SessionUpdate(speed=1.5), 0.0)
-    assert drain(s)[-1] == SessionUpdated(audio=AudioFormat(sample_rate=RATE), speed=1.5,
+    assert created(s, max_sessions=1).voices == ["af_heart", "bm_george"]
+    apply(s, SessionUpdate(speed=1.5), 0.0)
+    assert drain(s)[-1] == SessionUpdated(audio=OutputFormat(RATE), speed=1.5,
                                           voice="af_heart")  # fmt: skip
-    s.handle(SessionUpdate(voice="bm_george"), 0.0)
+    apply(s, SessionUpdate(voice="bm_george"), 0.0)
     assert isinstance(ack := drain(s)[-1], SessionUpdated) and ack.voice == "bm_george"
-    s.handle(SessionUpdate(voice="alloy", speed=2.0, audio=AudioUpdate(sample_rate=8000)), 0.0)
+    apply(s, SessionUpdate(voice="alloy", speed=2.0, audio=AudioUpdate(sample_rate=8000)), 0.0)
     (refused,) = drain(s)
     assert isinstance(refused, Error) and refused.code == ErrorCode.INVALID_MESSAGE
     assert "'alloy'; choose from af_heart, bm_george" in refused.message
-    s.handle(TurnReset(turn_id="t1"), 0.0)
-    s.handle(TextDelta(text="Quick, please."), 0.0)
+    apply(s, TurnReset(turn_id="t1"), 0.0)
+    apply(s, TextDelta(text="Quick, please."), 0.0)
     req = one(s)
     assert (req.options.voice, req.options.speed) == ("bm_george", 1.5)  # neither refused
     assert s.audio.sample_rate == RATE  # the refused format did not apply either
@@ -590,8 +595,8 @@ def test_a_voice_update_is_acknowledged_and_a_refused_one_changes_nothing() -> N
 
 def test_close_cancels_in_flight_job() -> None:
     s = make()
-    s.handle(TurnReset(turn_id="t1"), 0.0)
-    s.handle(TextDelta(text="Hello there, friend."), 0.0)
+    apply(s, TurnReset(turn_id="t1"), 0.0)
+    apply(s, TextDelta(text="Hello there, friend."), 0.0)
     req = one(s)
     s.close()
     assert s.take_cancellations() == [req.job_id]
@@ -606,7 +611,7 @@ def agent_session() -> Session:
 
 
 def ask(s: Session, text: str, turn_id: str, now: float) -> GenerationRequest:
-    s.handle(UserMessage(text=text, turn_id=turn_id), now)
+    apply(s, UserMessage(text=text, turn_id=turn_id), now)
     (request,) = s.take_submissions()
     assert isinstance(request, GenerationRequest) and request.turn_id == turn_id
     return request
@@ -622,7 +627,7 @@ def test_a_reply_is_spoken_as_it_is_written_and_kept_whole_once_done() -> None:
     s.on_text(gen.job_id, "Hi there, how", 0.1)
     first = one(s)  # the reply's first clause goes to synthesis at once
     assert (first.text, first.first) == ("Hi there,", True)
-    s.handle(TextDelta(text="more"), 0.1)
+    apply(s, TextDelta(text="more"), 0.1)
     assert errors(drain(s, 0.1)) == [ErrorCode.TURN_CLOSED]  # the model writes this turn
     s.on_text(gen.job_id, " can I help?", 0.2)
     s.on_done(gen.job_id, 0.3)
@@ -646,7 +651,7 @@ def test_a_reply_cut_after_it_was_written_is_kept_once_as_heard() -> None:
     synthesize(s, first, 1.0, 0.1)
     last = one(s)
     drain(s, 0.1)
-    s.handle(Playback(turn_id="r1", samples_played=1000), 0.3)  # the first segment began
+    apply(s, Playback(turn_id="r1", samples_played=1000), 0.3)  # the first segment began
     ask(s, "Stop.", "r2", 0.3)  # a barge-in
     assert s.take_cancellations() == [last.job_id]
     assert s.history == [
@@ -684,15 +689,15 @@ def test_a_failed_generation_is_reported_and_what_was_written_is_spoken() -> Non
 
 def test_a_user_message_needs_agent_mode() -> None:
     s = make()
-    s.handle(UserMessage(text="Hi."), 0.0)
+    apply(s, UserMessage(text="Hi."), 0.0)
     assert errors(drain(s)) == [ErrorCode.AGENT_UNAVAILABLE]
     assert s.take_submissions() == [] and s.history == []
 
 
 def test_frames_and_positions_are_at_the_output_rate() -> None:
     def second_segment_start(s: Session) -> tuple[int, list[AudioFrame]]:
-        s.handle(TurnReset(turn_id="t1"), 0.0)
-        s.handle(TextDelta(text="First one. Second one. "), 0.0)
+        apply(s, TurnReset(turn_id="t1"), 0.0)
+        apply(s, TextDelta(text="First one. Second one. "), 0.0)
         synthesize(s, one(s), 1.5, 0.1)  # 1.5 s queued, over the 1 s bound at any rate
         assert s.take_submissions() == [] and s.pending_audio_s >= 1.0
         frames = [i for i in drain(s, 0.2) if isinstance(i, AudioFrame)]
@@ -703,7 +708,7 @@ def test_frames_and_positions_are_at_the_output_rate() -> None:
 
     native, _ = second_segment_start(make(max_pending_audio_ms=1000))
     s = make(OutputFormat(44100, "pcm_mulaw"), max_pending_audio_ms=1000)
-    assert s.created(max_sessions=1).audio == AudioFormat(sample_rate=44100, format="pcm_mulaw")
+    assert created(s, max_sessions=1).audio == AudioFormat(sample_rate=44100, format="pcm_mulaw")
     start, frames = second_segment_start(s)
     assert start == 2 * native  # 44100 is twice the voice's 22050
     assert all(len(f.pcm) == f.samples <= 44100 * 40 // 1000 for f in frames)  # 1 byte each
@@ -716,16 +721,16 @@ def test_frames_and_positions_are_at_the_output_rate() -> None:
 def test_a_format_update_applies_from_the_next_turn_and_a_refused_one_changes_nothing() -> None:
     def spoken(s: Session, turn_id: str, now: float) -> list[AudioFrame]:
         synthesize(s, one(s), 0.5, now)
-        s.handle(EndText(), now)
+        apply(s, EndText(), now)
         out = drain(s, now)
         assert isinstance(out[-1], TurnDone) and out[-1].turn_id == turn_id
         return [i for i in out if isinstance(i, AudioFrame)]
 
     s = make()
-    s.handle(TurnReset(turn_id="t1"), 0.0)
-    s.handle(TextDelta(text="Hello there. "), 0.0)
-    s.handle(SessionUpdate(speed=1.5, audio=AudioUpdate(format="opus")), 0.0)
-    opus = AudioFormat(sample_rate=48000, format="opus")  # Opus is 48 kHz only
+    apply(s, TurnReset(turn_id="t1"), 0.0)
+    apply(s, TextDelta(text="Hello there. "), 0.0)
+    apply(s, SessionUpdate(speed=1.5, audio=AudioUpdate(format="opus")), 0.0)
+    opus = OutputFormat(48000, "opus")  # Opus is 48 kHz only
     assert drain(s) == [
         TurnStarted(turn_id="t1"),
         SessionUpdated(audio=opus, speed=1.5, live_turn_id="t1"),
@@ -733,16 +738,16 @@ def test_a_format_update_applies_from_the_next_turn_and_a_refused_one_changes_no
     live = spoken(s, "t1", 0.1)
     assert all(len(f.pcm) == 2 * f.samples for f in live)  # t1 is still PCM16
     assert abs(sum(f.samples for f in live) - 0.5 * RATE) < 0.1 * RATE  # at the voice's rate
-    s.handle(SessionUpdate(speed=2.0, audio=AudioUpdate(sample_rate=8000)), 0.2)  # Opus: no
+    apply(s, SessionUpdate(speed=2.0, audio=AudioUpdate(sample_rate=8000)), 0.2)  # Opus: no
     (refused,) = drain(s)
     assert isinstance(refused, Error) and refused.code == ErrorCode.INVALID_MESSAGE
     assert "opus" in refused.message
-    s.handle(TurnReset(turn_id="t2"), 0.2)
-    s.handle(TextDelta(text="Again. "), 0.2)
+    apply(s, TurnReset(turn_id="t2"), 0.2)
+    apply(s, TextDelta(text="Again. "), 0.2)
     assert s.take_submissions()[0].options.speed == 1.5  # the refused speed did not apply
-    s.handle(Cancel(), 0.2)
-    s.handle(TurnReset(turn_id="t3"), 0.3)
-    s.handle(TextDelta(text="Again. "), 0.3)
+    apply(s, Cancel(), 0.2)
+    apply(s, TurnReset(turn_id="t3"), 0.3)
+    apply(s, TextDelta(text="Again. "), 0.3)
     frames = spoken(s, "t3", 0.3)
     assert {f.samples for f in frames} == {960}  # one 20 ms Opus packet per frame
     assert abs(sum(f.samples for f in frames) - 0.5 * 48000) < 0.1 * 48000

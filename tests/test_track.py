@@ -5,11 +5,10 @@ from __future__ import annotations
 import numpy as np
 
 from voicews.audio import StitchConfig
+from voicews.core.events import AudioFrame, Outgoing, SegmentStarted, WordMark, Words
+from voicews.core.track import Track
 from voicews.encoding import FrameEncoder, OutputFormat
-from voicews.outbox import Outgoing
-from voicews.protocol import AudioFrame, SegmentStarted, WordMark, Words
-from voicews.segmenter import Boundary
-from voicews.track import Track
+from voicews.text.segmenter import Boundary
 
 RATE = 1000
 LEAD = 15  # StitchConfig.lead_ms at 1 kHz

@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 
 from voicews.audio import StitchConfig
+from voicews.core.turn import Turn, TurnState
 from voicews.encoding import FrameEncoder, OutputFormat
 from voicews.errors import ErrorCode, VoicewsError
-from voicews.segmenter import SegmenterConfig
-from voicews.turn import Turn, TurnState
+from voicews.text.segmenter import SegmenterConfig
 
 
 def make(now: float = 0.0) -> Turn:

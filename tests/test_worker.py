@@ -18,18 +18,11 @@ import numpy as np
 import pytest
 
 from voicews.audio import Audio
-from voicews.cost import DEFAULT_PRIOR, Cost
-from voicews.engines import engine_factory
-from voicews.engines.base import Engine, SynthesisOptions, WordStarts
-from voicews.worker import (
+from voicews.compute.execution import ComputeWorker
+from voicews.compute.jobs import (
     ALLOWANCE,
     FIRST_AUDIO_TARGET,
-    OVERLOAD_BUSY,
-    OVERLOAD_WAIT,
-    WAIT_HALF_LIFE,
-    WINDOW,
     Account,
-    ComputeWorker,
     Job,
     JobAudio,
     JobDone,
@@ -37,11 +30,14 @@ from voicews.worker import (
     JobFailed,
     JobText,
     JobWords,
-    Load,
     Work,
-    WorkerStats,
     synthesis,
 )
+from voicews.compute.planning import WAIT_HALF_LIFE, Load, Planner
+from voicews.compute.stats import OVERLOAD_BUSY, OVERLOAD_WAIT, WINDOW, WorkerStats
+from voicews.core.cost import DEFAULT_PRIOR, Cost
+from voicews.engines import engine_factory
+from voicews.engines.base import Engine, SynthesisOptions, WordStarts
 
 CHUNK = 100  # samples per word: 0.1 s of audio at the fake engine's 1000 Hz
 STEP = 0.01  # seconds of fake compute per word
@@ -434,23 +430,23 @@ def test_a_pinned_job_is_taken_and_closed_only_by_the_lane_that_started_it() -> 
     """A generation's generator holds thread-bound state (mlx-lm's stream context fails when
     closed on another thread): once a lane has run its first step, no other lane takes it, or
     closes it when it is cancelled."""
-    worker = ComputeWorker(lambda: Costed(concurrent=True), lanes=2)  # not started: one lane here
+    plan = Planner()
+    plan.lanes = 2
     rec = Recorder()
     here, elsewhere = threading.get_ident(), -1
     reply = rec.job("reply", synthesis("a", SynthesisOptions()))
     reply.pinned = True
     other = rec.job("other", synthesis("b", SynthesisOptions()), deadline=1.0)
-    with worker._cond:
-        worker._queue = [reply, other]
-        taken, _ = worker._take()
-        assert taken is reply and reply._lane == here  # pinned to the lane that took it
-        reply._lane = elsewhere  # as if another lane had run its first step
-        worker._queue = [reply, other]
-        assert worker._take() == (other, [])  # due later, but the one this lane may take
-        reply.cancelled = other.cancelled = True
-        worker._queue = [reply, other]
-        assert worker._take() == (None, [other])  # the pinned one is closed on its own lane
-        assert worker._queue == [reply]
+    plan.queue = [reply, other]
+    taken, _ = plan.take(here, 0.0)
+    assert taken is reply and reply._lane == here  # pinned to the lane that took it
+    reply._lane = elsewhere  # as if another lane had run its first step
+    plan.queue = [reply, other]
+    assert plan.take(here, 0.0) == (other, [])  # due later, but the one this lane may take
+    reply.cancelled = other.cancelled = True
+    plan.queue = [reply, other]
+    assert plan.take(here, 0.0) == (None, [other])  # the pinned one is closed on its own lane
+    assert plan.queue == [reply]
 
 
 def test_a_held_back_account_never_takes_the_last_free_lane(clock: FakeClock) -> None:

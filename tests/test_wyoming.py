@@ -26,8 +26,8 @@ from wyoming.tts import (
 
 from conftest import TEST_CONFIG, running, timeout
 from voicews.client import RealtimeClient, word_pieces
+from voicews.dialects.wyoming import WyomingServer, parse_uri
 from voicews.server import VoicewsServer
-from voicews.wyoming import WyomingServer, parse_uri
 
 STREAMED = ["audio-start", "audio-chunk", "audio-stop", "synthesize-stopped"]
 REPLY = "Sure, the kitchen lights are off now. Anything else I can do for you tonight?"
@@ -38,7 +38,9 @@ LONG = " ".join(f"Sentence {i} keeps going, clause after clause, for a while." f
 async def wyoming(server: VoicewsServer) -> AsyncIterator[WyomingServer]:
     """Wyoming on a free port, beside the shared server's WebSocket, on the same app."""
     assert server.app is not None and server.policy is not None
-    wy = WyomingServer(server.app, "tcp://127.0.0.1:0", server.policy)
+    wy = WyomingServer(
+        server.app.admission, server.app.config.session, "tcp://127.0.0.1:0", server.policy
+    )
     await wy.start()
     yield wy
     await wy.close()

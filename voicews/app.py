@@ -1,4 +1,4 @@
-"""The ASGI application: routes, admission (auth, origin, capacity, draining), and state.
+"""The ASGI application: routes each request to its dialect, through admission.
 
 ``/v1/realtime`` is the WebSocket session; ``POST /v1/audio/speech`` streams speech over
 HTTP; ``/healthz``, ``/readyz`` and ``/metrics`` are for operators; everything else under
@@ -8,26 +8,25 @@ HTTP; ``/healthz``, ``/readyz`` and ``/metrics`` are for operators; everything e
 from __future__ import annotations
 
 import asyncio
-import uuid
 from dataclasses import dataclass, replace
 from fnmatch import fnmatchcase
 from pathlib import Path
-from typing import Protocol
 
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from . import access, logs
+from .admission import Admission
 from .agent.server import AgentBackend
 from .asgi import Receive, Scope, Send, headers_of, refuse, refuse_websocket, respond
+from .compute.execution import ComputeWorker
+from .compute.jobs import Account
+from .core.config import SessionConfig
+from .dialects.realtime import Closed, RealtimeConnection
+from .dialects.speech import MAX_BODY, read_body, speech
 from .driver import Generate, SessionDriver
 from .encoding import OutputFormat
 from .errors import ErrorCode, VoicewsError
-from .metrics import Metrics
 from .protocol import REALTIME_PATH, parse_audio_query
-from .realtime import Closed, RealtimeConnection
-from .session import Session, SessionConfig
-from .speech import MAX_BODY, read_body, speech
-from .worker import Account, ComputeWorker
 
 SPEECH_PATH = "/v1/audio/speech"
 _PREFLIGHT = [
@@ -44,13 +43,6 @@ _CONTENT_TYPES = {
     ".svg": "image/svg+xml",
     ".png": "image/png",
 }
-
-
-class Connection(Protocol):
-    """A live session's connection, whatever its transport (WebSocket, Wyoming)."""
-
-    def drain(self) -> None:
-        """Server shutdown: let the current turn finish, then close."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,16 +64,13 @@ class VoicewsApp:
         self.config = config
         self.worker = worker
         self.agent = agent
-        self.sessions: dict[str, Session] = {}
-        self.connections: dict[str, Connection] = {}
-        self.metrics = Metrics(worker, self.sessions)
+        self.admission = Admission(config.access, config.max_sessions, worker)
+        self.sessions = self.admission.sessions
+        self.metrics = self.admission.metrics
         self.one_shot = Account()
         """Speech requests share one account with the worker: together they get the share of
         one conversation when the worker is contended (no listener of theirs runs dry), and
         whatever the conversations leave."""
-        self.draining = False
-        self._idle = asyncio.Event()
-        self._idle.set()
         self._web = _web_root()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -92,61 +81,16 @@ class VoicewsApp:
 
     async def drain(self, timeout: float) -> bool:
         """Refuse new sessions, let live turns finish; True if all ended within ``timeout``."""
-        self.draining = True
-        for connection in list(self.connections.values()):
-            connection.drain()
-        try:
-            async with asyncio.timeout(timeout):
-                await self._idle.wait()
-        except TimeoutError:
-            return False
-        return True
-
-    # --- admission ------------------------------------------------------------------------
+        return await self.admission.drain(timeout)
 
     def _admit(self, scope: Scope) -> None:
-        """Raise the refusal (logged and counted) if this request may not open a session."""
-        refusal = access.check(self.config.access, headers_of(scope), scope["query_string"])
-        if refusal is None:
-            refusal = self.capacity_refusal()
-        if refusal is None:
-            return
-        self.metrics.sessions_refused.labels(str(refusal.status)).inc()
-        logs.event(
-            "refused",
-            path=scope["path"],
-            status=refusal.status,
-            reason=refusal.message,
-            client=_client(scope),
+        self.admission.admit(
+            headers_of(scope), scope["query_string"], scope["path"], _client(scope)
         )
-        raise refusal
-
-    def capacity_refusal(self) -> VoicewsError | None:
-        """Draining or full: refused on every path (WebSocket, HTTP, Wyoming)."""
-        if self.draining:
-            return VoicewsError(ErrorCode.SHUTTING_DOWN, "server shutting down")
-        limit = self.config.max_sessions
-        if len(self.sessions) >= limit:
-            return VoicewsError(ErrorCode.SERVER_FULL, f"server full: {limit} sessions")
-        return None
-
-    def open_session(self, config: SessionConfig, audio: OutputFormat | None = None) -> Session:
-        """A new session; its frames in ``audio`` (default: PCM16 at the voice's rate)."""
-        session = Session(uuid.uuid4().hex, self.worker.sample_rate, config, audio)
-        self.sessions[session.id] = session
-        self._idle.clear()
-        self.metrics.sessions_opened.inc()
-        return session
 
     def _generator(self) -> Generate | None:
         """Agent mode: a new session's generation work (it keeps the session's prompt cache)."""
         return self.agent.generator() if self.agent is not None else None
-
-    def close_session(self, session: Session) -> None:
-        self.sessions.pop(session.id, None)
-        self.connections.pop(session.id, None)
-        if not self.sessions:
-            self._idle.set()
 
     # --- WebSocket ------------------------------------------------------------------------
 
@@ -163,22 +107,22 @@ class VoicewsApp:
             await refuse_websocket(send, refusal)
             return
         await send({"type": "websocket.accept"})
-        session = self.open_session(self.config.session, audio)
+        session = self.admission.open_session(self.config.session, audio)
         connection = RealtimeConnection(
             SessionDriver(session, self.worker, self.metrics.observe, self._generator()),
             receive,
             send,
             self.config.max_sessions,
         )
-        self.connections[session.id] = connection
-        if self.draining:
+        self.admission.connections[session.id] = connection
+        if self.admission.draining:
             connection.drain()
         logs.event("session_open", session=session.id, client=_client(scope))
         closed = Closed(code=None, lost=False)
         try:
             closed = await connection.run()
         finally:
-            self.close_session(session)
+            self.admission.close_session(session)
             if closed.lost:
                 self.metrics.sessions_lost.inc()
             logs.event("session_close", session=session.id, code=closed.code, lost=closed.lost)
@@ -195,7 +139,7 @@ class VoicewsApp:
         if path == "/healthz":
             await respond(send, 200, "ok\n")
         elif path == "/readyz":
-            state = self._readiness()
+            state = self.admission.readiness()
             await respond(send, 200 if state == "ready" else 503, state + "\n")
         elif path == "/metrics":
             await respond(send, 200, self.metrics.exposition(), CONTENT_TYPE_LATEST)
@@ -207,17 +151,6 @@ class VoicewsApp:
             await respond(send, 200, asset.read_bytes(), content_type)
         else:
             await respond(send, 404, "not found\n")
-
-    def _readiness(self) -> str:
-        """``overloaded``: the worker is past what it can keep smooth; a load balancer should
-        send new conversations elsewhere (this one still admits them)."""
-        if self.draining:
-            return "draining"
-        if len(self.sessions) >= self.config.max_sessions:
-            return "full"
-        if self.worker.overloaded:
-            return "overloaded"
-        return "ready"
 
     async def _speech(self, scope: Scope, receive: Receive, send: Send, method: str) -> None:
         cors = self._cors(headers_of(scope).get("origin"))
@@ -233,7 +166,7 @@ class VoicewsApp:
             self._admit(scope)
             # One request is one whole turn: its text may all wait in the backlog at once.
             config = self.config.session
-            session = self.open_session(
+            session = self.admission.open_session(
                 replace(config, max_pending_text_chars=config.max_turn_text_chars)
             )
             self.metrics.http_speech.inc()
@@ -243,7 +176,7 @@ class VoicewsApp:
                 )
                 await speech(driver, body, receive, send, cors)
             finally:
-                self.close_session(session)
+                self.admission.close_session(session)
         except VoicewsError as refusal:
             await refuse(send, refusal, cors)
 

@@ -14,7 +14,7 @@ from typing import Literal
 import numpy as np
 import numpy.typing as npt
 
-from .segmenter import Boundary
+from .text.segmenter import Boundary
 
 Audio = npt.NDArray[np.float32]
 _EMPTY: Audio = np.zeros(0, dtype=np.float32)

@@ -22,8 +22,8 @@ import numpy as np
 from websockets.asyncio.client import ClientConnection, connect
 
 from .audio import Audio, to_pcm16
+from .core.listener import ListenerClock
 from .encoding import OpusDecoder, decode_pcm
-from .listener import ListenerClock
 from .protocol import (
     AudioFormat,
     AudioFrame,

@@ -14,12 +14,9 @@ from collections.abc import Callable
 from functools import partial
 from typing import assert_never
 
-from .outbox import Outgoing
-from .segmenter import spoken_length
-from .session import GenerationRequest, Request, Session, SynthesisRequest
-from .worker import (
+from .compute.execution import ComputeWorker
+from .compute.jobs import (
     Account,
-    ComputeWorker,
     Job,
     JobAudio,
     JobDone,
@@ -30,6 +27,10 @@ from .worker import (
     Work,
     synthesis,
 )
+from .core.events import Outgoing
+from .core.jobs import GenerationRequest, Request, SynthesisRequest
+from .core.session import Session
+from .text.segmenter import spoken_length
 
 Generate = Callable[[GenerationRequest], Work]
 """Agent mode: the work that writes the reply a generation request asks for."""

@@ -24,7 +24,6 @@ import numpy.typing as npt
 import soxr
 
 from .audio import Audio, from_pcm16, to_pcm16
-from .protocol import OPUS_RATE, Encoding
 
 OPUS_FRAME = 960
 """Samples per Opus packet: 20 ms at 48 kHz, one packet per realtime frame."""
@@ -33,6 +32,12 @@ _EMPTY: Audio = np.zeros(0, dtype=np.float32)
 
 Chunk = tuple[bytes, int]
 """Encoded bytes and the samples they decode to, at the output rate."""
+
+Encoding = Literal["pcm_s16le", "pcm_f32le", "pcm_mulaw", "pcm_alaw", "opus"]
+"""How audio frames encode samples: PCM16 (the default), float32, G.711 mu-law or A-law (one
+byte per sample), or Opus (one 20 ms packet per frame, 48 kHz)."""
+ENCODINGS: tuple[str, ...] = get_args(Encoding)
+OPUS_RATE = 48_000
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,6 +15,7 @@ Anything else that escapes a session is reported as ``internal_error`` with no d
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import IntEnum, StrEnum
 from http import HTTPStatus
@@ -151,3 +152,11 @@ class VoicewsError(Exception):
 def http_body(error: VoicewsError) -> str:
     """The body OpenAI clients read: ``{"error": {"code", "message"}}``."""
     return json.dumps({"error": {"code": error.code, "message": error.message}}) + "\n"
+
+
+def unknown_voice(
+    voice: str, voices: Sequence[str], code: ErrorCode = ErrorCode.INVALID_MESSAGE
+) -> VoicewsError:
+    """The refusal of a voice the server does not have, naming those it has."""
+    choices = ", ".join(voices)
+    return VoicewsError(code, f"voice: unknown voice {voice!r}; choose from {choices}")

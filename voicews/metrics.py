@@ -12,8 +12,8 @@ from prometheus_client import (
     generate_latest,
 )
 
-from .session import Session
-from .worker import ComputeWorker
+from .compute.execution import ComputeWorker
+from .core.session import Session
 
 
 class Metrics:

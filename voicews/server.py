@@ -20,12 +20,13 @@ import uvicorn
 
 from . import logs
 from .access import AccessPolicy, own_origins
-from .agent.conversation import AgentConfig
 from .agent.server import AgentBackend
 from .app import AppConfig, VoicewsApp
+from .compute.execution import ComputeWorker
+from .core.config import SessionConfig
+from .core.conversation import AgentConfig
 from .engines import engine_factory, engine_voices
 from .protocol import REALTIME_PATH
-from .session import SessionConfig
 from .transport import (
     BoundedWebSocketProtocol,
     TransportLimits,
@@ -33,10 +34,9 @@ from .transport import (
     http_protocol,
     listening_socket,
 )
-from .worker import ComputeWorker
 
 if TYPE_CHECKING:
-    from .wyoming import WyomingServer
+    from .dialects.wyoming import WyomingServer
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,7 +75,7 @@ class ServerConfig:
     ``user_message``; it shares the compute worker (and the GPU) with speech."""
     wyoming_uri: str | None = None
     """``tcp://HOST:PORT``: also serve Wyoming (Home Assistant) text to speech there, through
-    the same sessions and worker (``voicews.wyoming``; needs the ``wyoming`` package)."""
+    the same sessions and worker (``voicews.dialects.wyoming``; needs the ``wyoming`` package)."""
 
 
 class _Embedded(uvicorn.Server):
@@ -132,10 +132,11 @@ class VoicewsServer:
 
         policy = self.policy = TransportPolicy(limits, dropped, self.open_connections)
         if self.config.wyoming_uri is not None:
-            from .wyoming import WyomingServer
+            from .dialects.wyoming import WyomingServer
 
             self.wyoming = WyomingServer(
-                self.app,
+                app.admission,
+                session,
                 self.config.wyoming_uri,
                 policy,
                 self.config.voice,

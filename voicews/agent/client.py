@@ -26,10 +26,10 @@ from typing import Protocol
 from websockets.exceptions import ConnectionClosed
 
 from ..client import RealtimeClient
+from ..core.conversation import AgentConfig, Conversation, Message
 from ..llm.generate import ReplyStats
 from ..llm.local import LocalLLM
 from ..protocol import AudioFrame, Error, SegmentStarted, TurnDone, WordMark, Words
-from .conversation import AgentConfig, Conversation, Message
 from .sinks import AudioSink, ClockSink
 
 log = logging.getLogger(__name__)

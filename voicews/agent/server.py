@@ -10,9 +10,10 @@ import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from ..compute.execution import ComputeWorker
+from ..compute.jobs import Job, JobDone, JobEvent, JobFailed, Work
+from ..core.jobs import GenerationRequest
 from ..engines.base import Engine
-from ..session import GenerationRequest
-from ..worker import ComputeWorker, Job, JobDone, JobEvent, JobFailed, Work
 
 
 class AgentBackend:

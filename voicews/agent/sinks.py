@@ -2,7 +2,7 @@
 
 A barge-in asks the sink what was heard (the reply enters the history only that far) and cuts
 it there. Without a player whose position can be read (a file, ``aplay``), a real-time
-:class:`~voicews.listener.ListenerClock` stands in for one.
+:class:`~voicews.core.listener.ListenerClock` stands in for one.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Protocol
 
-from ..listener import ListenerClock
+from ..core.listener import ListenerClock
 
 
 class AudioSink(Protocol):

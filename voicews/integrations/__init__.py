@@ -5,7 +5,7 @@
 - :mod:`voicews.integrations.livekit`: ``TTS``, a LiveKit Agents ``tts.TTS``
   (``pip install 'voicews[livekit]'``).
 
-Home Assistant speaks Wyoming, which the server itself serves (:mod:`voicews.wyoming`).
+Home Assistant speaks Wyoming, which the server itself serves (:mod:`voicews.dialects.wyoming`).
 """
 
 from __future__ import annotations

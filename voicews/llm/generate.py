@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from ..agent.conversation import Message
+from ..core.conversation import Message
 
 if TYPE_CHECKING:
     from mlx.nn.layers.base import Module

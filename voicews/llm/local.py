@@ -15,7 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..agent.conversation import Message
+from ..core.conversation import Message
 from .generate import PromptCache, ReplyStats, chat_tokens, stream_reply
 
 if TYPE_CHECKING:

@@ -10,9 +10,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Iterable, Iterator
 
-from .protocol import AudioFrame, SegmentStarted, ServerMessage, Words
-
-Outgoing = ServerMessage | AudioFrame
+from .events import AudioFrame, Outgoing, SegmentStarted, Words
 
 
 class Outbox:

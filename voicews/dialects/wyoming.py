@@ -33,7 +33,7 @@ import contextlib
 import itertools
 import json
 import socket
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -53,25 +53,16 @@ from wyoming.tts import (
     SynthesizeVoice,
 )
 
-from . import __version__, logs
-from .app import VoicewsApp
-from .driver import SessionDriver
-from .engines import KOKORO_ENGINES
-from .engines.piper import bundled_voice
-from .protocol import (
-    MAX_JSON_DEPTH,
-    AudioFrame,
-    ClientMessage,
-    EndText,
-    Error,
-    SessionUpdate,
-    TextDelta,
-    TurnDone,
-    TurnReset,
-    too_deep,
-)
-from .session import SessionConfig
-from .transport import TransportLimits, TransportPolicy, listening_socket
+from .. import __version__, logs
+from ..admission import Admission
+from ..core.config import SessionConfig
+from ..core.events import AudioFrame, Error, TurnDone
+from ..core.session import Session, SettingsUpdate
+from ..driver import SessionDriver
+from ..engines import KOKORO_ENGINES
+from ..engines.piper import bundled_voice
+from ..protocol import MAX_JSON_DEPTH, too_deep
+from ..transport import TransportLimits, TransportPolicy, listening_socket
 
 _WIDTH = 2  # bytes per sample: 16-bit PCM, mono
 _PIPER = Attribution(name="rhasspy", url="https://github.com/rhasspy/piper")
@@ -93,7 +84,7 @@ def describe(engine: str, voices: Sequence[str], voice_file: Path | None = None)
     choose (``engine_voices``, the default first) and the language each speaks: a Kokoro
     voice's from its name, a Piper voice's from the ``.onnx.json`` beside ``voice_file``."""
     if engine in KOKORO_ENGINES:
-        from .engines.kokoro.assets import language
+        from ..engines.kokoro.assets import language
 
         spoken = [(name, _KOKORO, _LOCALES[language(name)]) for name in voices]
     else:
@@ -131,17 +122,19 @@ class WyomingServer:
 
     def __init__(
         self,
-        app: VoicewsApp,
+        admission: Admission,
+        config: SessionConfig,
         uri: str,
         policy: TransportPolicy,
         voice: str | None = None,
         socket_send_buffer: int = 128 * 1024,
     ) -> None:
-        self.app = app
+        self._admission = admission
+        self._config = config
         self._policy = policy
         self._host, self._port = parse_uri(uri)
         voice_file = Path(voice) if voice is not None else None
-        self._info = describe(app.worker.engine_name, app.config.session.voices, voice_file)
+        self._info = describe(admission.worker.engine_name, config.voices, voice_file)
         self._send_buffer = socket_send_buffer
         self._server: asyncio.Server | None = None
         self._handlers: dict[asyncio.Task[None], WyomingConnection] = {}
@@ -149,7 +142,7 @@ class WyomingServer:
     async def start(self) -> None:
         sock = listening_socket(self._host, self._port, self._send_buffer)
         # The reader's limit bounds a line: past it, readline raises instead of buffering on.
-        limit = max_event_bytes(self.app.config.session)
+        limit = max_event_bytes(self._config)
         self._server = await asyncio.start_server(self._accept, sock=sock, limit=limit)
         logs.event("listening", url=self.uri, protocol="wyoming")
 
@@ -186,7 +179,9 @@ class WyomingServer:
             writer.transport.abort()
             return
         _keepalive(writer, limits.write_timeout)
-        handler = WyomingConnection(self.app, self._info, reader, writer, self._policy)
+        handler = WyomingConnection(
+            self._admission, self._config, self._info, reader, writer, self._policy
+        )
         task = asyncio.create_task(handler.run(), name="voicews wyoming connection")
         self._handlers[task] = handler
         task.add_done_callback(self._handlers.pop)
@@ -213,14 +208,16 @@ class WyomingConnection(AsyncEventHandler):
 
     def __init__(
         self,
-        app: VoicewsApp,
+        admission: Admission,
+        config: SessionConfig,
         info: Info,
         reader: asyncio.StreamReader,
         writer: asyncio.StreamWriter,
         policy: TransportPolicy,
     ) -> None:
         super().__init__(reader, writer)
-        self._app = app
+        self._admission = admission
+        self._config = config
         self._info = info
         self._policy = policy
         self._limits: TransportLimits = policy.limits
@@ -267,7 +264,7 @@ class WyomingConnection(AsyncEventHandler):
         :func:`max_event_bytes`."""
         if not (first := await self.reader.read(1)):
             return None
-        seconds, limit = self._limits.head_timeout, max_event_bytes(self._app.config.session)
+        seconds, limit = self._limits.head_timeout, max_event_bytes(self._config)
         try:
             async with asyncio.timeout(seconds):
                 line = first + await self.reader.readline()  # ValueError past the limit
@@ -326,21 +323,26 @@ class WyomingConnection(AsyncEventHandler):
             if self._streaming is None:
                 await self._refuse("no_stream", "synthesize-chunk outside synthesize-start/stop")
                 return True
-            self._handle(TextDelta(text=SynthesizeChunk.from_event(event).text))
+            text = _text(SynthesizeChunk.from_event(event).text)
+            with self._session() as (session, now):
+                session.text_delta(text, now)
             return True
         if SynthesizeStop.is_type(event.type):
             if self._streaming is None:
                 await self._refuse("no_stream", "synthesize-stop without synthesize-start")
                 return True
             self._streaming = None
-            self._handle(EndText())
+            with self._session() as (session, now):
+                session.end_text(now)
             return True
         if Synthesize.is_type(event.type) and self._streaming is None:
             synthesize = Synthesize.from_event(event)
-            delta = TextDelta(text=synthesize.text)  # valid before a turn
+            text = _text(synthesize.text)  # valid before a turn
             if not await self._start_turn(synthesize.voice, streamed=False):
                 return False
-            self._handle(delta, EndText())
+            with self._session() as (session, now):
+                session.text_delta(text, now)
+                session.end_text(now)
         return True  # anything else, a synthesize inside a stream included, is not for us
 
     async def disconnect(self) -> None:
@@ -352,9 +354,9 @@ class WyomingConnection(AsyncEventHandler):
         if self._driver is not None:
             session = self._driver.session
             self._driver.close()
-            self._app.close_session(session)
+            self._admission.close_session(session)
             if self._lost:
-                self._app.metrics.sessions_lost.inc()
+                self._admission.metrics.sessions_lost.inc()
             logs.event("session_close", session=session.id, protocol="wyoming", lost=self._lost)
 
     def drain(self) -> None:
@@ -366,42 +368,46 @@ class WyomingConnection(AsyncEventHandler):
     async def _start_turn(self, voice: SynthesizeVoice | None, streamed: bool) -> bool:
         """Open the session on the first turn (the capacity check); False if refused."""
         if self._driver is None:
-            refusal = self._app.capacity_refusal()
+            refusal = self._admission.capacity_refusal()
             if refusal is not None:
                 logs.event(
                     "refused", protocol="wyoming", reason=refusal.message, client=self._client
                 )
                 await self._refuse(refusal.code, refusal.message)
                 return False
-            config = self._app.config.session
+            config = self._config
             # Wyoming cannot resend refused text: the whole turn may wait in the backlog.
-            session = self._app.open_session(
+            session = self._admission.open_session(
                 replace(config, max_pending_text_chars=config.max_turn_text_chars)
             )
             # Its own worker account, as a WebSocket session's: it has a live listener.
-            self._driver = SessionDriver(session, self._app.worker, self._app.metrics.observe)
-            self._app.connections[session.id] = self
+            self._driver = SessionDriver(
+                session, self._admission.worker, self._admission.metrics.observe
+            )
+            self._admission.connections[session.id] = self
             session.start(self._driver.now())
             self._sender = asyncio.create_task(self._send_loop(self._driver))
             logs.event("session_open", session=session.id, client=self._client, protocol="wyoming")
         turn_id = next(self._turn_ids)
         self._turns[turn_id] = _Turn(streamed=streamed)
         self._streaming = turn_id if streamed else None
-        self._handle(SessionUpdate(voice=self._voice(voice)), TurnReset(turn_id=turn_id))
+        with self._session() as (session, now):
+            session.update(SettingsUpdate(voice=self._voice(voice)))
+            session.turn_reset(turn_id, now)
         return True
 
     def _voice(self, asked: SynthesizeVoice | None) -> str:
         """The voice asked for by name if the engine has it, else the server's default."""
-        voices = self._app.config.session.voices
+        voices = self._config.voices
         name = asked.name if asked is not None else None
         return name if name is not None and name in voices else voices[0]
 
-    def _handle(self, *messages: ClientMessage) -> None:
+    @contextlib.contextmanager
+    def _session(self) -> Iterator[tuple[Session, float]]:
+        """The session to call, and now; what the calls asked for is carried out after."""
         assert self._driver is not None
-        session, now = self._driver.session, self._driver.now()
         self._driver.refresh()
-        for message in messages:
-            session.handle(message, now)
+        yield self._driver.session, self._driver.now()
         self._driver.sync()
 
     async def _send_loop(self, driver: SessionDriver) -> None:
@@ -475,3 +481,9 @@ def _keepalive(writer: asyncio.StreamWriter, seconds: float) -> None:
 def _peer(writer: asyncio.StreamWriter) -> str | None:
     peer = writer.get_extra_info("peername")
     return f"{peer[0]}:{peer[1]}" if peer else None
+
+
+def _text(value: object) -> str:
+    if not isinstance(value, str):
+        raise TypeError(f"text must be a string, not {type(value).__name__}")
+    return value

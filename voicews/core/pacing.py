@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import math
 
+from ..text.segmenter import Fit, Urgency
 from .cost import DEFAULT_PRIOR, Cost
-from .segmenter import Fit, Urgency
 
 # A timer set for a cut time finds the audio left equal to the guard give or take a rounding
 # (or fires a hair early): it still counts, or the cut would wait for the next text to come.

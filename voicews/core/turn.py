@@ -11,11 +11,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 
-from .audio import Audio, StitchConfig
-from .encoding import FrameEncoder
-from .errors import ErrorCode, VoicewsError
+from ..audio import Audio, StitchConfig
+from ..encoding import FrameEncoder
+from ..errors import ErrorCode, VoicewsError
+from ..text.segmenter import Segment, Segmenter, SegmenterConfig
 from .listener import ListenerClock
-from .segmenter import Segment, Segmenter, SegmenterConfig
 from .track import Track
 
 

@@ -11,11 +11,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from .audio import Audio, StitchConfig, Stitcher
-from .encoding import FrameEncoder
-from .outbox import Outgoing
-from .protocol import AudioFrame, SegmentStarted, WordMark, Words
-from .segmenter import Boundary
+from ..audio import Audio, StitchConfig, Stitcher
+from ..encoding import FrameEncoder
+from ..text.segmenter import Boundary
+from .events import AudioFrame, Outgoing, SegmentStarted, WordMark, Words
 
 
 class Track:

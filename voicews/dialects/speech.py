@@ -16,25 +16,14 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from . import logs
-from .asgi import Receive, Send
-from .driver import SessionDriver
-from .encoding import ContainerEncoder, ResponseFormat, content_type, response_output
-from .errors import ErrorCode, VoicewsError
-from .protocol import (
-    MAX_JSON_DEPTH,
-    OPUS_RATE,
-    AudioFrame,
-    EndText,
-    Error,
-    SampleRate,
-    SessionUpdate,
-    TextDelta,
-    TurnDone,
-    TurnReset,
-    too_deep,
-    unknown_voice,
-)
+from .. import logs
+from ..asgi import Receive, Send
+from ..core.events import AudioFrame, Error, TurnDone
+from ..core.session import SettingsUpdate
+from ..driver import SessionDriver
+from ..encoding import ContainerEncoder, ResponseFormat, content_type, response_output
+from ..errors import ErrorCode, VoicewsError, unknown_voice
+from ..protocol import MAX_JSON_DEPTH, OPUS_RATE, SampleRate, too_deep
 
 MAX_BODY = 1 << 20
 
@@ -116,13 +105,10 @@ async def speech(
     session.audio = response_output(
         request.response_format, session.sample_rate, request.sample_rate
     )
-    for message in (
-        SessionUpdate(speed=request.speed, voice=voice),
-        TurnReset(turn_id="speech"),
-        TextDelta(text=request.input),
-        EndText(),
-    ):
-        session.handle(message, now)
+    session.update(SettingsUpdate(speed=request.speed, voice=voice))
+    session.turn_reset("speech", now)
+    session.text_delta(request.input, now)
+    session.end_text(now)
     driver.sync()
     streaming = asyncio.create_task(_stream(driver, request, send, voice, headers))
     disconnect = asyncio.create_task(_disconnected(receive))

@@ -1,21 +1,13 @@
-"""The wire contract, version 1: pydantic models for JSON messages and the binary frame codec.
-
-Pydantic lives here, at the edge; the session and everything behind it see these models only
-as already validated values. ``python -m voicews.protocol DIR`` writes the JSON Schemas.
-"""
+"""Client -> server messages of protocol v1: strict models, and the one parser that
+refuses anything else with a precise error code."""
 
 from __future__ import annotations
 
 import json
 import re
-import sys
-from collections.abc import Sequence
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Annotated, Any, Literal, get_args
 from urllib.parse import parse_qs
 
-import msgpack
 from pydantic import (
     BaseModel,
     BeforeValidator,
@@ -26,19 +18,12 @@ from pydantic import (
     model_validator,
 )
 
-from .errors import SESSION_CODES, ErrorCode, VoicewsError
-
-PROTOCOL_VERSION = 1
-REALTIME_PATH = "/v1/realtime"
+from ..encoding import OPUS_RATE, Encoding
+from ..errors import ErrorCode, VoicewsError
 
 TurnId = Annotated[str, Field(min_length=1, max_length=128)]
-Encoding = Literal["pcm_s16le", "pcm_f32le", "pcm_mulaw", "pcm_alaw", "opus"]
-"""How audio frames encode samples: PCM16 (the default), float32, G.711 mu-law or A-law (one
-byte per sample), or Opus (one 20 ms packet per frame, 48 kHz)."""
-ENCODINGS: tuple[str, ...] = get_args(Encoding)
 _Rates = Literal[8000, 16000, 22050, 24000, 44100, 48000]
 SAMPLE_RATES: tuple[int, ...] = get_args(_Rates)
-OPUS_RATE = 48_000
 
 
 def _integer(value: object) -> object:
@@ -64,25 +49,6 @@ class _Message(BaseModel):
     model_config = ConfigDict(
         extra="forbid", strict=True, frozen=True, json_schema_extra=_require_type
     )
-
-
-def _optional_not_required(schema: dict[str, Any], model: type[BaseModel]) -> None:
-    """Fields left out when empty (``exclude_none``) must not be listed as required."""
-    optional = {n for n, f in model.model_fields.items() if f.default is None}
-    schema["required"] = [n for n in schema.get("required", []) if n not in optional]
-
-
-class _Event(BaseModel):
-    """Server events: open to new fields within a protocol version (clients ignore them)."""
-
-    model_config = ConfigDict(
-        frozen=True,
-        json_schema_serialization_defaults_required=True,
-        json_schema_extra=_optional_not_required,
-    )
-
-
-# --- client -> server -------------------------------------------------------------------
 
 
 class TurnReset(_Message):
@@ -172,159 +138,7 @@ CLIENT_TYPES = (
     "turn_reset", "text_delta", "end_text", "cancel", "session_update", "user_message",
     "playback", "ping",
 )  # fmt: skip
-_client_adapter: TypeAdapter[ClientMessage] = TypeAdapter(ClientMessage)
-
-
-# --- server -> client -------------------------------------------------------------------
-
-
-class AudioFormat(_Event):
-    """What the binary frames of a turn carry; positions count samples at this rate."""
-
-    sample_rate: int
-    channels: Literal[1] = 1
-    format: Encoding = "pcm_s16le"
-
-
-class Limits(_Event):
-    """Bounds the server enforces (see PROTOCOL.md for what each does when exceeded)."""
-
-    max_message_bytes: int
-    max_turn_text_chars: int
-    max_pending_text_chars: int
-    max_pending_audio_ms: int
-    max_messages_per_second: int
-    max_sessions: int
-    idle_timeout_s: float
-    max_turn_seconds: float
-
-
-class SessionCreated(_Event):
-    type: Literal["session_created"] = "session_created"
-    session_id: str
-    protocol: int = PROTOCOL_VERSION
-    audio: AudioFormat
-    limits: Limits
-    voices: list[str] | None = None
-    """The voices ``session_update`` may choose, the server's default first."""
-
-
-class SessionUpdated(_Event):
-    """Acknowledges a ``session_update`` with the settings now in force."""
-
-    type: Literal["session_updated"] = "session_updated"
-    audio: AudioFormat
-    """The format of every turn started after this event."""
-    speed: float
-    """The speaking rate of every segment synthesized after this event."""
-    voice: str | None = None
-    """The voice of every segment synthesized after this event (one of ``voices``)."""
-    live_turn_id: str | None = None
-    """The turn live when the update came, if any: it keeps the format it started with."""
-
-
-class TurnStarted(_Event):
-    """Acknowledges a ``turn_reset`` at once (after the cut turn's ``turn_done``, if any)."""
-
-    type: Literal["turn_started"] = "turn_started"
-    turn_id: str
-
-
-class ReplyDelta(_Event):
-    """Agent mode: the reply's text as the language model generates it (before it is heard)."""
-
-    type: Literal["reply_delta"] = "reply_delta"
-    turn_id: str
-    text: str
-
-
-class Pong(_Event):
-    type: Literal["pong"] = "pong"
-    id: str | None = None
-
-
-class SegmentStarted(_Event):
-    """A piece of text starts being spoken at ``start_sample`` of its turn."""
-
-    type: Literal["segment"] = "segment"
-    turn_id: str
-    text: str
-    start_sample: int
-
-
-class WordMark(_Event):
-    text: str
-    start_sample: int
-
-
-class Words(_Event):
-    """Where each word of a ``segment`` starts, for engines that know phoneme durations.
-
-    Sent once the segment is synthesized (usually long before it plays), after its ``segment``
-    event; ``words`` joined by spaces is the segment's text.
-    """
-
-    type: Literal["words"] = "words"
-    turn_id: str
-    words: list[WordMark]
-
-
-class TurnDone(_Event):
-    """Sent after the turn's last audio frame; ``samples`` is the audio sent for the turn.
-
-    A cancelled turn carries ``heard_text``: the text that had started playing (by the
-    client's last ``playback`` report, else by the audio sent), word by word where the engine
-    gave word timings, else segment by segment.
-    """
-
-    type: Literal["turn_done"] = "turn_done"
-    turn_id: str
-    samples: int
-    cancelled: bool
-    heard_text: str | None = None
-
-
-class Error(_Event):
-    """A refusal; ``code`` is one of :class:`ErrorCode`, and later versions may add codes."""
-
-    type: Literal["error"] = "error"
-    code: str = Field(json_schema_extra={"examples": [c.value for c in SESSION_CODES]})
-    message: str
-    turn_id: str | None = None
-
-
-ServerMessage = (
-    SessionCreated
-    | SessionUpdated
-    | TurnStarted
-    | ReplyDelta
-    | SegmentStarted
-    | Words
-    | TurnDone
-    | Error
-    | Pong
-)
-ServerEvent = Annotated[ServerMessage, Field(discriminator="type")]
-SERVER_TYPES = (
-    "session_created", "session_updated", "turn_started", "reply_delta", "segment", "words",
-    "turn_done", "error", "pong",
-)  # fmt: skip
-_server_adapter: TypeAdapter[ServerEvent] = TypeAdapter(ServerEvent)
-
-
-@dataclass(frozen=True, slots=True)
-class AudioFrame:
-    """One binary frame: ``pcm`` in the turn's format, ``samples`` what it decodes to, and
-    ``start_sample`` where it starts in the turn, both at the turn's output rate."""
-
-    turn_id: str
-    seq: int
-    start_sample: int
-    pcm: bytes
-    samples: int
-
-
-# --- codecs -----------------------------------------------------------------------------
+client_adapter: TypeAdapter[ClientMessage] = TypeAdapter(ClientMessage)
 
 
 MAX_JSON_DEPTH = 8
@@ -385,17 +199,9 @@ def parse_client_message(data: str | bytes) -> ClientMessage:
             f"unknown message type {kind!r}; expected one of {', '.join(CLIENT_TYPES)}",
         )
     try:
-        return _client_adapter.validate_python(obj)
+        return client_adapter.validate_python(obj)
     except ValidationError as exc:
         raise VoicewsError(ErrorCode.INVALID_MESSAGE, _describe(exc)) from None
-
-
-def unknown_voice(
-    voice: str, voices: Sequence[str], code: ErrorCode = ErrorCode.INVALID_MESSAGE
-) -> VoicewsError:
-    """The refusal of a voice the server does not have, naming those it has."""
-    choices = ", ".join(voices)
-    return VoicewsError(code, f"voice: unknown voice {voice!r}; choose from {choices}")
 
 
 def _describe(exc: ValidationError, skip: int = 1, whole: str = "message") -> str:
@@ -420,55 +226,3 @@ def parse_audio_query(query: bytes) -> AudioUpdate:
         return AudioUpdate.model_validate(fields)
     except ValidationError as exc:
         raise VoicewsError(ErrorCode.INVALID_REQUEST, _describe(exc, 0, "query")) from None
-
-
-def encode_event(event: BaseModel) -> str:
-    return event.model_dump_json(exclude_none=True)
-
-
-def parse_server_event(data: str) -> ServerEvent | None:
-    """A server event, or None for an event type this client does not know (newer server)."""
-    obj = json.loads(data)
-    if obj.get("type") not in SERVER_TYPES:
-        return None
-    return _server_adapter.validate_python(obj)
-
-
-def encode_frame(frame: AudioFrame) -> bytes:
-    data: bytes = msgpack.packb(
-        {
-            "turn_id": frame.turn_id,
-            "seq": frame.seq,
-            "start_sample": frame.start_sample,
-            "samples": frame.samples,
-            "pcm": frame.pcm,
-        },
-        use_bin_type=True,
-    )
-    return data
-
-
-def decode_frame(data: bytes) -> AudioFrame:
-    obj: Any = msgpack.unpackb(data, raw=False)
-    pcm = obj["pcm"]
-    # Frames from servers before output formats carry no "samples": they are always PCM16.
-    samples = obj["samples"] if "samples" in obj else len(pcm) // 2
-    return AudioFrame(obj["turn_id"], obj["seq"], obj["start_sample"], pcm, samples)
-
-
-def json_schemas() -> dict[str, dict[str, Any]]:
-    """JSON Schemas of both directions, as committed under ``protocol/schema/``."""
-    return {
-        "client_message.schema.json": _client_adapter.json_schema(),
-        "server_event.schema.json": _server_adapter.json_schema(mode="serialization"),
-    }
-
-
-def write_schemas(directory: Path) -> None:
-    directory.mkdir(parents=True, exist_ok=True)
-    for name, schema in json_schemas().items():
-        (directory / name).write_text(json.dumps(schema, indent=2, sort_keys=True) + "\n")
-
-
-if __name__ == "__main__":
-    write_schemas(Path(sys.argv[1] if len(sys.argv) > 1 else "protocol/schema"))

@@ -1,0 +1,216 @@
+"""The compute worker: it owns the engine and runs every session's compute on its threads.
+
+Which job runs next is the planner's (``planning.py``); this is the execution: the lanes that
+take jobs from the one queue and run them one step at a time, and the engine they share. An
+engine that can run several inferences at once (onnxruntime on a CPU) is served by several
+lanes: on a CPU, small inferences side by side do more than one spread over all the cores.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Generator
+from typing import assert_never
+
+import numpy as np
+
+from ..audio import Audio
+from ..core.cost import DEFAULT_PRIOR, PRIORS, Cost, CostModel
+from ..engines.base import Engine, WordStarts
+from .jobs import Job, JobAudio, JobDone, JobEvent, JobFailed, JobText, JobWords
+from .planning import Load, Planner
+from .stats import WorkerStats
+
+log = logging.getLogger(__name__)
+
+
+class ComputeWorker:
+    """Start it once; ``submit`` and ``cancel`` are safe from any thread.
+
+    ``lanes`` threads take jobs from the one queue where the engine can run on several threads
+    at once (``Engine.concurrent``); otherwise there is one. ``clock`` is the deadlines' clock,
+    the event loop's (tests drive a fake one).
+    """
+
+    def __init__(
+        self,
+        engine_factory: Callable[[], Engine],
+        lanes: int = 1,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        if lanes < 1:
+            raise ValueError(f"lanes must be at least 1, not {lanes}")
+        self._factory = engine_factory
+        self._lanes = lanes
+        self._plan = Planner()
+        self._cond = threading.Condition()
+        self._stopping = False
+        self._ready = threading.Event()
+        self._load_error: BaseException | None = None
+        self._threads = [threading.Thread(target=self._run, name="voicews-compute", daemon=True)]
+        self.engine_name = ""
+        self.sample_rate = 0
+        self._clock = clock
+        self.stats = WorkerStats(clock=clock)
+
+    def start(self) -> None:
+        """Start the first lane, wait until it has built the engine, then the others."""
+        self._threads[0].start()
+        self._ready.wait()
+        if self._load_error is not None:
+            raise RuntimeError(f"engine failed to load: {self._load_error}") from self._load_error
+
+    def stop(self) -> None:
+        with self._cond:
+            self._stopping = True
+            self._cond.notify_all()
+        for thread in self._threads:
+            thread.join()
+
+    def submit(self, job: Job) -> None:
+        with self._cond:
+            self._plan.add(job, self._clock())
+            self._cond.notify_all()  # a pinned job waits for its own lane
+
+    @staticmethod
+    def cancel(job: Job) -> None:
+        """Stop a job: it is skipped if queued, and stopped at its next chunk if running."""
+        job.cancelled = True
+
+    @property
+    def queued(self) -> int:
+        with self._cond:
+            return self._plan.queued
+
+    def load(self) -> Load:
+        """What sessions pace themselves by, read at one instant (a session syncs after every
+        event and frame: one lock, not one per figure)."""
+        with self._cond:
+            return self._plan.load(self._clock())
+
+    @property
+    def queue_wait(self) -> float:
+        """Seconds a segment waits in the queue before it starts, lately: at once the longest
+        wait seen, easing off as the waits shorten and as time passes without one."""
+        with self._cond:
+            return self._plan.waited(self._clock())
+
+    @property
+    def overloaded(self) -> bool:
+        """Past what it can keep smooth (``WorkerStats.overloaded``)."""
+        return self.stats.overloaded(self.queue_wait)
+
+    @property
+    def cost(self) -> Cost:
+        """A segment's compute to its first audio, as fitted (the engine's prior at first)."""
+        with self._cond:
+            return self._plan.costs.estimate(self._clock())
+
+    @property
+    def cost_per_audio_second(self) -> float:
+        """Lane-seconds of compute per second of audio, as measured (an estimate at first)."""
+        return self._plan.cost_per_audio_second
+
+    def _run(self) -> None:
+        try:
+            engine = self._factory()
+            self.engine_name, self.sample_rate = engine.name, engine.sample_rate
+            lanes = self._lanes if engine.concurrent else 1
+            with self._cond:
+                self._plan.lanes = lanes
+                self._plan.costs = CostModel(PRIORS.get(engine.name, DEFAULT_PRIOR))
+        except BaseException as exc:
+            self._load_error = exc
+            self._ready.set()
+            return
+        self.stats.lanes = lanes
+        for lane in range(1, lanes):
+            thread = threading.Thread(
+                target=self._serve, args=(engine,), name=f"voicews-compute-{lane}", daemon=True
+            )
+            self._threads.append(thread)
+            thread.start()
+        self._ready.set()
+        self._serve(engine)
+
+    def _take(self) -> tuple[Job | None, list[Job]]:
+        """With the lock held: the job due first that may start now, or None and the
+        cancelled jobs to close (none when stopping)."""
+        lane = threading.get_ident()
+        while not self._stopping:
+            job, dropped = self._plan.take(lane, self._clock())
+            if job is not None or dropped:
+                return job, dropped
+            self._cond.wait()
+        return None, []
+
+    def _serve(self, engine: Engine) -> None:
+        while True:
+            with self._cond:
+                job, dropped = self._take()
+            for cancelled in dropped:
+                _close(cancelled)
+            if job is None:
+                if self._stopping:
+                    return
+                continue
+            started = self._clock()
+            sounded = job._sounded
+            more, audio_seconds = self._step(engine, job)
+            ended = self._clock()
+            lane_seconds = ended - started
+            self.stats.record(ended, lane_seconds)
+            if audio_seconds and not sounded and not job.first:
+                in_time = job._submitted + (ended - started) <= job.deadline
+                self.stats.sounded(ended, late=in_time and ended > job.deadline)
+            job._computed += lane_seconds
+            first_audio = bool(audio_seconds) and not sounded
+            with self._cond:
+                self._plan.stepped(job, ended, lane_seconds, audio_seconds, first_audio, more)
+                self._cond.notify_all()  # a lane that waited for this one, or for the job
+
+    def _step(self, engine: Engine, job: Job) -> tuple[bool, float]:
+        """Run one step of ``job``: whether it has more to do, and the seconds of audio the
+        step gave."""
+        try:
+            if job._steps is None:
+                job._steps = job.run(engine)
+            item = next(job._steps, None)
+            event = None if item is None else _event(item)
+        except Exception as exc:
+            log.exception("compute job failed")
+            self.stats.count(failed=True)
+            job.on_event(JobFailed(f"{type(exc).__name__}: {exc}"))
+            return False, 0.0
+        if job.cancelled:
+            _close(job)
+            return False, 0.0
+        if event is None:
+            self.stats.count(failed=False)
+            job.on_event(JobDone())
+            return False, 0.0
+        job.on_event(event)
+        if isinstance(event, JobAudio):
+            job._sounded = True
+            return True, event.audio.size / self.sample_rate
+        return True, 0.0
+
+
+def _event(item: Audio | WordStarts | str) -> JobEvent:
+    match item:
+        case str():
+            return JobText(item)
+        case WordStarts():
+            return JobWords(item)
+        case np.ndarray():
+            return JobAudio(item)
+        case _:
+            assert_never(item)
+
+
+def _close(job: Job) -> None:
+    """Close a cancelled job's generator here, on the thread that owns the engine."""
+    if isinstance(job._steps, Generator):
+        job._steps.close()

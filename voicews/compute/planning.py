@@ -1,0 +1,142 @@
+"""Which job runs next, and what the queue tells the sessions: no threads, no clock.
+
+It plans rather than ranks: every queued job is due at a time (when its listener runs dry;
+for a turn's first segment, ``FIRST_AUDIO_TARGET`` after it was asked for) and the job due
+first runs next, one step at a time. So a listener about to run dry goes before a first audio
+that can wait a little, and a first audio before a listener with seconds in hand; a running
+job is resumed step by step, and a job due sooner overtakes it at its next step.
+
+Fairness holds per account (a session, or all one-shot requests together), not per job: each
+step's compute is charged to its account, in the seconds of audio it is worth, against a
+real-time clock. An account given more than ``ALLOWANCE`` beyond what a real-time listener
+could have heard waits as if its listener had that much in hand, and its jobs never take the
+last free lane; a session that listens never gets there. A session has at most one synthesis
+job queued (and in agent mode one generation besides), so the queue is bounded by the number
+of sessions. The compute worker calls every method with its lock held.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from ..core.cost import DEFAULT_PRIOR, Cost, CostModel
+from .jobs import ALLOWANCE, FIRST_AUDIO_TARGET, Job
+
+WAIT_HALF_LIFE = 1.0
+"""Seconds in which the queue wait last seen counts half as much: a wait seen in a burst says
+less and less of a worker that has not made anyone wait since."""
+_INITIAL_COST = 0.1  # lane-seconds of compute per second of audio, until measured
+
+
+@dataclass(frozen=True, slots=True)
+class Load:
+    """The worker as a session paces itself by it (``ComputeWorker.load``)."""
+
+    wait: float
+    """Seconds segments wait in the queue lately (``ComputeWorker.queue_wait``)."""
+    cost: Cost
+    """A segment's compute to its first audio, as fitted."""
+    idle: bool
+    """A job submitted now would start at once."""
+    backlog: float
+    """Seconds a first segment asked for now would wait: the compute of the queued segments
+    due before it, over the lanes."""
+
+
+class Planner:
+    """The queue of one compute worker with ``lanes`` threads."""
+
+    def __init__(self) -> None:
+        self.lanes = 1
+        """Set once the engine is built: one, or as many as it can run at once."""
+        self.queue: list[Job] = []
+        self.running = 0
+        self.costs = CostModel(DEFAULT_PRIOR)
+        self.cost_per_audio_second = _INITIAL_COST
+        """Lane-seconds of compute per second of audio, as measured (an estimate at first)."""
+        self._wait = 0.0
+        self._wait_at = 0.0
+
+    def add(self, job: Job, now: float) -> None:
+        job._submitted = now
+        self.queue.append(job)
+
+    @property
+    def queued(self) -> int:
+        return sum(not job.cancelled for job in self.queue)
+
+    def load(self, now: float) -> Load:
+        cost = self.costs.estimate(now)
+        return Load(self.waited(now), cost, self._idle(), self._backlog(now, cost))
+
+    def _backlog(self, now: float, cost: Cost) -> float:
+        """Seconds a first segment asked for now would wait: the compute of the queued
+        segments due before it, as the cost model puts it, over the lanes."""
+        due = now + FIRST_AUDIO_TARGET
+        ahead = [j for j in self.queue if j.chars and not j.cancelled and j.due() <= due]
+        return sum(cost.latency(j.chars) for j in ahead) / self.lanes
+
+    def _idle(self) -> bool:
+        """A job submitted now would start at once: a lane is free and nothing waits."""
+        waiting = any(not job.cancelled for job in self.queue)
+        return not waiting and self.running < self.lanes
+
+    def waited(self, now: float) -> float:
+        """Seconds a segment waits in the queue before it starts, lately: at once the longest
+        wait seen, easing off as the waits shorten and as time passes without one."""
+        return self._wait * math.pow(0.5, (now - self._wait_at) / WAIT_HALF_LIFE)
+
+    def take(self, lane: int, now: float) -> tuple[Job | None, list[Job]]:
+        """The job due first that ``lane`` may start now, or the cancelled jobs it should
+        close first; (None, []) when it must wait."""
+        dropped = [job for job in self.queue if job.cancelled and job._lane in (None, lane)]
+        if dropped:
+            self.queue = [job for job in self.queue if job not in dropped]
+            return None, dropped
+        startable = (
+            job for job in self.queue if job._lane in (None, lane) and self._may_start(job, now)
+        )
+        job = min(startable, key=Job.due, default=None)  # ties: the one queued first
+        if job is None:
+            return None, []
+        self.queue.remove(job)
+        self.running += 1
+        if job.pinned:
+            job._lane = lane
+        if job._steps is None and not job.first:  # it starts now, after its wait
+            wait, lately = now - job._submitted, self.waited(now)
+            self._wait = wait if wait > lately else 0.9 * lately + 0.1 * wait
+            self._wait_at = now
+        return job, []
+
+    def _may_start(self, job: Job, now: float) -> bool:
+        """A job held back by its account (given more than the allowance beyond real time)
+        may not take the last free lane: it stays for those whose listeners need it."""
+        if self.lanes == 1 or self.running < self.lanes - 1 or job.account is None:
+            return True
+        return job.account.clock - ALLOWANCE <= now
+
+    def stepped(
+        self,
+        job: Job,
+        ended: float,
+        lane_seconds: float,
+        audio_seconds: float,
+        first_audio: bool,
+        more: bool,
+    ) -> None:
+        """A step of ``job`` ended, having given ``audio_seconds`` (its ``first_audio``): learn
+        the cost, charge its account, queue it again if it has ``more`` to do."""
+        self.running -= 1
+        if first_audio and job.chars:
+            self.costs.observe(job.chars, job._computed, ended)
+        if audio_seconds:
+            rate = lane_seconds / audio_seconds
+            self.cost_per_audio_second = 0.9 * self.cost_per_audio_second + 0.1 * rate
+            job.gave(ended, audio_seconds)
+        if job.account is not None:
+            job.account.charge(ended, lane_seconds / self.cost_per_audio_second)
+        if more:
+            job.deadline += job.deadline_step
+            self.queue.append(job)

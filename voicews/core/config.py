@@ -1,0 +1,35 @@
+"""What a session enforces and how it paces itself: one frozen value per server."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..audio import StitchConfig
+from ..text.segmenter import SegmenterConfig
+from .conversation import AgentConfig
+
+
+@dataclass(frozen=True, slots=True)
+class SessionConfig:
+    max_message_bytes: int = 64 * 1024
+    max_turn_text_chars: int = 20_000
+    max_pending_text_chars: int = 4_000
+    max_pending_audio_ms: int = 2_000
+    """Audio queued for a socket beyond this pauses the session's synthesis."""
+    frame_ms: int = 40
+    idle_flush_ms: int = 500
+    """Text that stops arriving mid-sentence (without ``end_text``) is spoken after this."""
+    stall_guard_ms: int = 150
+    """Cut at a clause once the listener has less audio left than this margin plus the
+    synthesis latency the session has been seeing; at any word once a third of it is left."""
+    max_messages_per_second: int = 200
+    """Sustained client message rate; bursts of one second's worth are allowed."""
+    idle_timeout_s: float = 300.0
+    """A session with no turn and no message for this long is closed."""
+    max_turn_seconds: float = 600.0
+    """A turn still live this long after its ``turn_reset`` is cut."""
+    segmenter: SegmenterConfig = field(default_factory=SegmenterConfig)
+    stitch: StitchConfig = field(default_factory=StitchConfig)
+    agent: AgentConfig | None = None
+    voices: tuple[str, ...] = ()
+    """The engine's voices (``engines.engine_voices``), the default first."""

@@ -1,0 +1,302 @@
+"""One turn's way from text to sound: text in, segments cut, synthesis asked for, audio
+stitched and framed, events out.
+
+The session owns what a socket shares (settings, the outbox, pacing, the job book) and hands
+it to each pipeline it starts; a pipeline owns its turn. It cuts the next segment when the
+turn can take one, holds a trial first segment until the text confirms it, and ends the turn
+by calling ``ended``: cut at once (barge-in, cancel, a limit) or drained.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+
+from ..audio import Audio
+from ..engines.base import SynthesisOptions
+from ..errors import ErrorCode, VoicewsError
+from ..text.segmenter import Fit, Segment, Urgency, speakable, spoken_length
+from .config import SessionConfig
+from .events import AudioFrame, ReplyDelta, TurnDone
+from .jobs import GenerationRequest, JobBook, SynthesisRequest
+from .outbox import Outbox
+from .pacing import Pacing
+from .turn import InFlight, Turn, TurnState
+
+_STALL_TOLERANCE = 0.02  # a frame this late after the listener ran dry counts as a stall
+
+
+@dataclass(slots=True)
+class SessionStats:
+    """What the session saw, for metrics; the I/O layer drains the lists."""
+
+    first_audio: list[float] = field(default_factory=list)
+    """Seconds from a turn's first text delta to its first frame sent."""
+    stalls: list[float] = field(default_factory=list)
+    """Seconds a real-time listener would have waited with nothing to play."""
+    turns: list[str] = field(default_factory=list)
+    """How each turn ended: done, cancelled, failed."""
+    errors: list[str] = field(default_factory=list)
+    trials: list[str] = field(default_factory=list)
+    """How each trial of a turn's first words ended: confirmed, dropped."""
+
+
+@dataclass(slots=True)
+class Shared:
+    """What every pipeline of one session shares with it."""
+
+    config: SessionConfig
+    sample_rate: int
+    """The engine's."""
+    outbox: Outbox
+    pacing: Pacing
+    jobs: JobBook
+    stats: SessionStats
+
+
+Ended = Callable[["TurnPipeline", float, bool, "str | None"], None]
+"""Called as a turn ends: (pipeline, now, cancelled, the reply as heard in agent mode)."""
+
+
+class TurnPipeline:
+    def __init__(
+        self,
+        turn: Turn,
+        shared: Shared,
+        options: Callable[[], SynthesisOptions],
+        ended: Ended,
+        report: Callable[[VoicewsError], None],
+    ) -> None:
+        """``options``: the voice options in force when a segment is asked for."""
+        self.turn = turn
+        self._shared = shared
+        self._options = options
+        self._ended = ended
+        self._report = report
+
+    # --- text in --------------------------------------------------------------------------
+
+    def text_delta(self, text: str, now: float) -> None:
+        config = self._shared.config
+        self.turn.take("text_delta")
+        self.turn.check_delta(text, config.max_turn_text_chars, config.max_pending_text_chars)
+        self._feed(text, now)
+
+    def end_text(self, now: float) -> None:
+        self.turn.take("end_text")
+        self.close_text(now)
+
+    def close_text(self, now: float) -> None:
+        self.turn.close_text()
+        self.pump(now)
+
+    def write(self, request: GenerationRequest) -> None:
+        """Agent mode: the model writes this turn's text."""
+        self.turn.write(request.job_id)
+        self._shared.jobs.submit(request)
+
+    def _feed(self, text: str, now: float) -> None:
+        self.turn.feed(text, now)
+        self.pump(now)
+
+    # --- results from the compute worker --------------------------------------------------
+
+    def on_audio(self, job_id: int, audio: Audio, now: float) -> None:
+        if (job := self._synthesis(job_id)) is None:
+            return
+        if not job.sounded:
+            job.sounded = True
+            self._shared.pacing.observe(now - job.submitted_at, spoken_length(job.segment.text))
+        job.samples += audio.size
+        if job.trial:
+            job.held.append(audio)
+        else:
+            self._shared.outbox.extend(self.turn.track.push(audio))
+
+    def on_words(self, job_id: int, starts: Sequence[int]) -> None:
+        """The engine placed the segment's words: tell the client, and keep them, so a cut
+        turn's ``heard_text`` ends at the last word that had started playing."""
+        job = self._synthesis(job_id)
+        if job is not None and job.trial:
+            job.held_words = starts
+        elif job is not None and (words := self.turn.track.place_words(starts)) is not None:
+            self._shared.outbox.append(words)
+
+    def on_text(self, job_id: int, text: str, now: float) -> None:
+        """Agent mode: a delta of the reply being generated; it is spoken like client text."""
+        turn = self.turn
+        if turn.writer != job_id or turn.reply is None:
+            return
+        turn.reply.append(text)
+        self._shared.outbox.append(ReplyDelta(turn_id=turn.id, text=text))
+        self._feed(text, now)
+
+    def on_done(self, job_id: int, now: float) -> None:
+        if self.turn.writer == job_id:
+            self.close_text(now)
+        elif (job := self._synthesis(job_id)) is not None:
+            job.done = True
+            if not job.trial:
+                self._synthesized(job, now)
+
+    def on_failed(self, job_id: int, message: str, now: float) -> None:
+        turn = self.turn
+        if turn.writer == job_id:
+            why = f"reply generation failed: {message}"
+            self._report(VoicewsError(ErrorCode.GENERATION_FAILED, why, turn.id))
+            self.close_text(now)  # speak what was written
+        elif self._synthesis(job_id) is not None:
+            why = f"synthesis failed: {message}"
+            self._report(VoicewsError(ErrorCode.SYNTHESIS_FAILED, why, turn.id))
+            turn.in_flight = None
+            self._finish(now, "failed")
+
+    def _synthesized(self, job: InFlight, now: float) -> None:
+        shared = self._shared
+        shared.pacing.heard(spoken_length(job.segment.text), job.samples / shared.sample_rate)
+        shared.outbox.extend(self.turn.track.end(job.segment.boundary))
+        self.turn.in_flight = None
+        self.pump(now)
+
+    def _synthesis(self, job_id: int) -> InFlight | None:
+        """The segment a synthesis result belongs to; None for a cancelled job."""
+        job = self.turn.in_flight
+        return job if job is not None and job.job_id == job_id else None
+
+    # --- audio out ------------------------------------------------------------------------
+
+    def frame_sent(self, frame: AudioFrame, now: float) -> None:
+        """A frame of this turn went to the client: it plays for the listener."""
+        turn, stats = self.turn, self._shared.stats
+        if not turn.listener.started and turn.first_delta is not None:
+            stats.first_audio.append(now - turn.first_delta)
+        waited = turn.listener.add(frame.samples, now)
+        if waited > _STALL_TOLERANCE:
+            stats.stalls.append(waited)
+
+    def wakeup_at(self, now: float) -> float:
+        """When time alone may next cut a segment, flush text, or end the turn."""
+        turn, config = self.turn, self._shared.config
+        limit = turn.started + config.max_turn_seconds
+        # Time alone cuts no segment while one is out, the outbox is full, or there is no
+        # text: only the duration limit can come.
+        if turn.in_flight is not None and turn.in_flight.trial:
+            return min(limit, turn.last_delta + config.idle_flush_ms / 1000)
+        if turn.in_flight or self._shared.outbox.full or not turn.segmenter.has_text:
+            return limit
+        cuts = self._shared.pacing.cut_times(turn.listener.end, turn.segmenter.next_spoken)
+        times = [limit, *(t for t in cuts if t > now)]
+        if turn.state is not TurnState.CLOSED:  # all the text in: nothing to flush
+            times.append(turn.last_delta + config.idle_flush_ms / 1000)
+        return min(times)  # with all the text in, a sentence too long to fit waits for one
+
+    # --- the machine ----------------------------------------------------------------------
+
+    def pump(self, now: float) -> None:
+        """Submit the next segment if the turn can take one, and end a drained turn."""
+        turn = self.turn
+        if turn.in_flight is not None and turn.in_flight.trial:
+            self._judge(turn.in_flight, now)  # pumps again once the trial is settled
+            return
+        if turn.in_flight is not None:
+            return
+        if not self._shared.outbox.full:
+            pacing = self._shared.pacing
+            first_chars = pacing.first_chars(self._options().speed)
+            urgency, fit = self._urgency(now)
+            segment = turn.segmenter.next_segment(urgency, first_chars, fit)
+            if segment is not None:
+                self._submit(segment, now)
+                return
+            if urgency is Urgency.FIRST and pacing.idle:
+                trial = turn.segmenter.trial_first(first_chars)
+                if trial is not None:
+                    self._submit(trial, now, trial=True)
+                    return
+        if turn.drained:
+            self._finish(now, "done")
+
+    def _urgency(self, now: float) -> tuple[Urgency, Fit | None]:
+        """How urgent the next cut is, and (for an urgent one) how long it may be."""
+        turn, shared = self.turn, self._shared
+        idle = turn.idle(now, shared.config.idle_flush_ms / 1000)
+        if not turn.first_submitted:
+            return (Urgency.FLUSH if idle else Urgency.FIRST), None
+        if idle:
+            return Urgency.FLUSH, None
+        ahead = turn.listener.left(now) + shared.outbox.samples / turn.listener.sample_rate
+        urgency = shared.pacing.urgency(ahead, turn.segmenter.next_spoken)
+        return urgency, shared.pacing.fit(ahead, urgency is Urgency.CRITICAL)
+
+    def _judge(self, job: InFlight, now: float) -> None:
+        """A trial first segment: confirmed by the text since (what it gave goes out), or
+        dropped (its job cancelled, its text left to be cut again); undecided, it waits until
+        text stops coming (the idle flush)."""
+        turn, shared = self.turn, self._shared
+        verdict = turn.segmenter.judge_trial(job.segment)
+        if verdict is None and not turn.idle(now, shared.config.idle_flush_ms / 1000):
+            return
+        shared.stats.trials.append("confirmed" if verdict else "dropped")
+        if not verdict:
+            shared.jobs.cancel([job.job_id])
+            turn.in_flight, turn.first_submitted = None, False
+            self.pump(now)
+            return
+        job.trial = False
+        turn.track.begin(job.segment.text)
+        for audio in job.held:
+            shared.outbox.extend(turn.track.push(audio))
+        job.held = []
+        if job.held_words is not None and (words := turn.track.place_words(job.held_words)):
+            shared.outbox.append(words)
+        if job.done:
+            self._synthesized(job, now)
+
+    def _submit(self, segment: Segment, now: float, trial: bool = False) -> None:
+        turn, jobs = self.turn, self._shared.jobs
+        first = not turn.first_submitted
+        end = turn.listener.end
+        options = self._options()
+        request = SynthesisRequest(
+            job_id=jobs.next_id(),
+            turn_id=turn.id,
+            text=speakable(segment.text),  # URLs shortened, one word each still
+            options=replace(options, eager=True) if first else options,
+            first=first,
+            deadline=now if first or end is None else end,
+            submitted_at=now,
+        )
+        turn.in_flight = InFlight(request.job_id, segment, now, trial=trial)
+        turn.first_submitted = True
+        if not trial:  # a trial's segment begins once it is confirmed
+            turn.track.begin(segment.text)
+        jobs.submit(request)
+
+    def cut(self, now: float) -> None:
+        """End the turn at once: drop its queued audio, cancel its jobs."""
+        turn, shared = self.turn, self._shared
+        shared.jobs.cancel(turn.jobs())
+        shared.outbox.drop_turn(turn.id)
+        heard = turn.heard()
+        done = TurnDone(
+            turn_id=turn.id, samples=turn.listener.received, cancelled=True, heard_text=heard
+        )
+        shared.outbox.append(done)
+        shared.stats.turns.append("cancelled")
+        # What the user heard, not what was planned.
+        self._ended(self, now, True, heard if turn.reply is not None else None)
+
+    def _finish(self, now: float, outcome: str) -> None:
+        """End a turn whose queued audio still goes out: drained, or stopped by a failure."""
+        turn, shared = self.turn, self._shared
+        shared.jobs.cancel(turn.jobs())
+        shared.outbox.extend(turn.track.finish())
+        done = outcome == "done"
+        reply = None
+        if turn.reply is not None:  # all of it, or as much as was spoken
+            reply = "".join(turn.reply).strip() if done else turn.track.heard(turn.track.samples)
+        shared.outbox.append(
+            TurnDone(turn_id=turn.id, samples=turn.track.samples, cancelled=not done)
+        )
+        shared.stats.turns.append(outcome)
+        self._ended(self, now, False, reply)

@@ -1,0 +1,389 @@
+"""One connection's realtime session as a sans-I/O state machine, in no wire format.
+
+Commands (start a turn, text, end of text, settings...), worker results and sent frames go in
+with the current time; events and audio frames (the ``outbox``), worker requests and
+cancellations come out. No sockets, threads or clocks: a dialect translates its wire into
+these calls and renders the events, the driver runs the requests, tests drive it directly.
+
+The session owns what the socket shares: settings, the outbox, pacing, the rate limit, the
+idle clock. Each turn runs in its own :class:`~voicews.core.pipeline.TurnPipeline`.
+Turn lifecycle: ``turn_reset`` -> ``text_delta``* -> ``end_text`` -> drain -> ``turn_done``.
+A ``turn_reset`` while a turn is live is a barge-in: its queued audio is dropped, its
+synthesis is cancelled, and it ends at once with ``turn_done`` ``cancelled: true``. In agent
+mode a ``user_message`` starts a turn whose text a language model writes.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, replace
+
+from ..audio import Audio
+from ..encoding import Encoding, FrameEncoder, OutputFormat
+from ..engines.base import SynthesisOptions
+from ..errors import CloseCode, ErrorCode, VoicewsError, unknown_voice
+from .config import SessionConfig
+from .conversation import Conversation, Message
+from .cost import Cost
+from .events import AudioFrame, Error, Outgoing, Pong, SessionUpdated, TurnStarted
+from .jobs import GenerationRequest, JobBook, Request
+from .outbox import Outbox
+from .pacing import Pacing
+from .pipeline import SessionStats, Shared, TurnPipeline
+from .turn import Turn
+
+
+@dataclass(frozen=True, slots=True)
+class Close:
+    """The session asks its connection to close once the outbox is sent."""
+
+    code: CloseCode
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class SettingsUpdate:
+    """Voice options from the next segment, the output format from the next turn; a field
+    left None keeps its value."""
+
+    speed: float | None = None
+    voice: str | None = None
+    chunk_frames: int | None = None
+    overlap_frames: int | None = None
+    sample_rate: int | None = None
+    format: Encoding | None = None
+
+
+class Session:
+    def __init__(
+        self,
+        session_id: str,
+        sample_rate: int,
+        config: SessionConfig,
+        audio: OutputFormat | None = None,
+    ) -> None:
+        """``sample_rate`` is the engine's; ``audio`` what the frames carry (default: PCM16
+        at the engine's rate)."""
+        self.id = session_id
+        self.config = config
+        self.sample_rate = sample_rate
+        self.audio = audio or OutputFormat(sample_rate)
+        """The output format of turns started from now on."""
+        self.outbox = Outbox(high=self._pending_limit(self.audio.sample_rate))
+        """What to send, in order; a frame taken from it goes back in through ``sent``."""
+        self.close_request: Close | None = None
+        self.stats = SessionStats()
+        self._jobs = JobBook()
+        self._shared = Shared(
+            config,
+            sample_rate,
+            self.outbox,
+            Pacing(config.stall_guard_ms, config.segmenter.max_chars),
+            self._jobs,
+            self.stats,
+        )
+        self._options = SynthesisOptions()
+        self._conversation = Conversation(config.agent) if config.agent else None
+        self._live: TurnPipeline | None = None
+        self._finished: TurnPipeline | None = None  # ended, its last frames may still be queued
+        self._last_turn_id: str | None = None
+        self._reply_ids = itertools.count(1)
+        self._bucket = float(config.max_messages_per_second)
+        self._bucket_at: float | None = None
+        self._last_activity = 0.0
+        self._draining = False
+
+    # --- the connection -------------------------------------------------------------------
+
+    def start(self, now: float) -> None:
+        """The connection is open: the idle clock starts now."""
+        self._last_activity = now
+
+    def admit(self, now: float) -> bool:
+        """Count one client frame against the rate limit; False (and an error) if over it."""
+        rate = self.config.max_messages_per_second
+        if self._bucket_at is not None:
+            self._bucket = min(float(rate), self._bucket + (now - self._bucket_at) * rate)
+        self._bucket_at = now
+        self._last_activity = now
+        if self._bucket < 1.0:
+            self.report(
+                VoicewsError(
+                    ErrorCode.RATE_LIMITED,
+                    f"more than {rate} messages per second; message refused",
+                    self._live.turn.id if self._live else None,
+                )
+            )
+            return False
+        self._bucket -= 1.0
+        return True
+
+    def report(self, exc: VoicewsError) -> None:
+        self.stats.errors.append(exc.code)
+        self.outbox.append(Error(code=exc.code, message=exc.message, turn_id=exc.turn_id))
+
+    @contextmanager
+    def _refusals(self) -> Iterator[None]:
+        """A command the session refuses becomes an ``error`` event; nothing else changes."""
+        try:
+            yield
+        except VoicewsError as exc:
+            self.report(exc)
+
+    # --- commands -------------------------------------------------------------------------
+
+    def turn_reset(self, turn_id: str, now: float) -> None:
+        with self._refusals():
+            self._turn_reset(turn_id, now)
+
+    def text_delta(self, text: str, now: float) -> None:
+        with self._refusals():
+            self._open("text_delta").text_delta(text, now)
+
+    def end_text(self, now: float) -> None:
+        with self._refusals():
+            self._open("end_text").end_text(now)
+
+    def cancel(self, now: float) -> None:
+        with self._refusals():
+            if self._live is None:
+                raise VoicewsError(ErrorCode.NO_ACTIVE_TURN, "cancel: no live turn")
+            self._live.cut(now)
+
+    def update(self, changes: SettingsUpdate) -> None:
+        """Voice options apply from the next segment, the audio format from the next turn;
+        a refused update changes nothing."""
+        with self._refusals():
+            self._update(changes)
+
+    def user_message(self, text: str, turn_id: str | None, now: float) -> None:
+        with self._refusals():
+            self._user_message(text, turn_id, now)
+
+    def playback(self, turn_id: str, samples_played: int) -> None:
+        live = self._live
+        if live is not None and live.turn.id == turn_id:  # else a finished turn: nothing to do
+            live.turn.played(samples_played)
+
+    def ping(self, ping_id: str | None) -> None:
+        # In order with everything else: a pong also shows what is still queued.
+        self.outbox.append(Pong(id=ping_id))
+
+    # --- results from the compute worker --------------------------------------------------
+
+    def on_audio(self, job_id: int, audio: Audio, now: float) -> None:
+        if self._live is not None:
+            self._live.on_audio(job_id, audio, now)
+
+    def on_words(self, job_id: int, starts: Sequence[int]) -> None:
+        if self._live is not None:
+            self._live.on_words(job_id, starts)
+
+    def on_text(self, job_id: int, text: str, now: float) -> None:
+        if self._live is not None:
+            self._live.on_text(job_id, text, now)
+
+    def on_done(self, job_id: int, now: float) -> None:
+        if self._live is not None:
+            self._live.on_done(job_id, now)
+
+    def on_failed(self, job_id: int, message: str, now: float) -> None:
+        if self._live is not None:
+            self._live.on_failed(job_id, message, now)
+
+    # --- time and the outbox --------------------------------------------------------------
+
+    def sent(self, item: Outgoing, now: float) -> None:
+        """``item``, taken from the outbox, goes to the client now. A frame plays for the
+        listener, and the room it frees may let the next segment go (``take_submissions``)."""
+        if not isinstance(item, AudioFrame):
+            return
+        pipeline = self._live if self._live is not None else self._finished
+        if pipeline is not None and pipeline.turn.id == item.turn_id:
+            pipeline.frame_sent(item, now)
+        self._pump(now)
+
+    def tick(self, now: float) -> None:
+        """Time passed: flush, stall-guard, turn-duration or idle deadlines may have come."""
+        live = self._live
+        if live is not None and now - live.turn.started >= self.config.max_turn_seconds:
+            turn_id = live.turn.id
+            self.report(
+                VoicewsError(
+                    ErrorCode.TURN_DURATION_EXCEEDED,
+                    f"turn {turn_id!r} ran over {self.config.max_turn_seconds:g} s; cut",
+                    turn_id,
+                )
+            )
+            live.cut(now)
+        elif (
+            live is None
+            and self.close_request is None
+            and now - self._last_activity >= self.config.idle_timeout_s
+        ):
+            self.report(
+                VoicewsError(
+                    ErrorCode.IDLE_TIMEOUT,
+                    f"no turn and no message for {self.config.idle_timeout_s:g} s; closing",
+                )
+            )
+            self.close_request = Close(CloseCode.NORMAL_CLOSURE, "idle timeout")
+        self._pump(now)
+
+    def load(self, wait: float, cost: Cost, idle: bool = False, backlog: float = 0.0) -> None:
+        """The compute worker lately: segments wait ``wait`` seconds for it (keep that much
+        more audio in hand), a segment's first audio costs the engine ``cost``, it is ``idle``
+        now (a clause may go while the listener has audio in hand), and a first segment asked
+        for now would wait ``backlog`` seconds (it holds more)."""
+        self._shared.pacing.engine(cost, wait, idle, backlog)
+
+    def drain(self, now: float) -> None:
+        """Server shutdown: finish the current turn, start no new one, then close."""
+        self._draining = True
+        self._pump(now)
+
+    def close(self) -> None:
+        """The connection is gone: cancel the worker's jobs and drop everything queued."""
+        if self._live is not None:
+            self._jobs.cancel(self._live.turn.jobs())
+        self._live = None
+        self.outbox.clear()
+
+    def take_submissions(self) -> list[Request]:
+        return self._jobs.take_submissions()
+
+    def take_cancellations(self) -> list[int]:
+        return self._jobs.take_cancellations()
+
+    def wakeup_at(self, now: float) -> float | None:
+        """When ``tick`` should next be called, if nothing else happens first."""
+        if self._live is not None:
+            return self._live.wakeup_at(now)
+        if self.close_request is not None:
+            return None
+        return self._last_activity + self.config.idle_timeout_s
+
+    @property
+    def pending_audio_s(self) -> float:
+        """Seconds of audio waiting for the socket, at the output rate of its turn."""
+        pipeline = self._live if self._live is not None else self._finished
+        rate = pipeline.turn.listener.sample_rate if pipeline else self.audio.sample_rate
+        return self.outbox.samples / rate
+
+    @property
+    def synthesizing(self) -> bool:
+        """A segment of this session is with the compute worker."""
+        return self._live is not None and self._live.turn.in_flight is not None
+
+    @property
+    def history(self) -> list[Message]:
+        """Agent mode: the conversation so far, each reply as far as it was heard."""
+        return list(self._conversation.history) if self._conversation else []
+
+    # --- the machine ----------------------------------------------------------------------
+
+    def _turn_reset(self, turn_id: str, now: float) -> TurnPipeline:
+        if self._draining:
+            raise VoicewsError(
+                ErrorCode.SHUTTING_DOWN, "the server is shutting down; no new turns", turn_id
+            )
+        if turn_id == self._last_turn_id:
+            raise VoicewsError(
+                ErrorCode.DUPLICATE_TURN_ID,
+                f"turn_id {turn_id!r} is the latest turn's; use a new id per turn",
+                turn_id,
+            )
+        if self._live is not None:
+            self._live.cut(now)
+        self._last_turn_id = turn_id
+        config = self.config
+        # The turn's own encoder: a format change applies from the next turn.
+        encoder = FrameEncoder(self.sample_rate, self.audio, config.frame_ms)
+        turn = Turn(turn_id, now, self.sample_rate, encoder, config.segmenter, config.stitch)
+        self._live = TurnPipeline(
+            turn, self._shared, lambda: self._options, self._ended, self.report
+        )
+        # Queued frames of a finished turn at another rate count at this one's: a soft bound.
+        self.outbox.high = self._pending_limit(encoder.sample_rate)
+        self.outbox.append(TurnStarted(turn_id=turn_id))
+        return self._live
+
+    def _update(self, changes: SettingsUpdate) -> None:
+        if changes.voice is not None and changes.voice not in self.config.voices:
+            raise unknown_voice(changes.voice, self.config.voices)
+        try:
+            audio = self.audio.updated(changes.sample_rate, changes.format)
+        except ValueError as exc:
+            raise VoicewsError(ErrorCode.INVALID_MESSAGE, str(exc)) from None
+        options = {
+            name: value
+            for name in ("speed", "voice", "chunk_frames", "overlap_frames")
+            if (value := getattr(changes, name)) is not None
+        }
+        self._options = replace(self._options, **options)
+        self.audio = audio
+        self.outbox.append(
+            SessionUpdated(
+                audio=audio,
+                speed=self._options.speed,
+                voice=self._options.voice or next(iter(self.config.voices), None),
+                live_turn_id=self._live.turn.id if self._live is not None else None,
+            )
+        )
+
+    def _pending_limit(self, rate: int) -> int:
+        """Samples of queued audio at ``rate`` that pause synthesis."""
+        return rate * self.config.max_pending_audio_ms // 1000
+
+    def _user_message(self, text: str, turn_id: str | None, now: float) -> None:
+        conversation = self._conversation
+        if conversation is None:
+            raise VoicewsError(
+                ErrorCode.AGENT_UNAVAILABLE,
+                "user_message needs a server started with --agent-model; send text_delta",
+            )
+        pipeline = self._turn_reset(turn_id or f"reply-{next(self._reply_ids)}", now)
+        conversation.user(text)
+        pipeline.write(
+            GenerationRequest(
+                job_id=self._jobs.next_id(),
+                turn_id=pipeline.turn.id,
+                messages=tuple(conversation.prompt()),
+                config=conversation.config,
+            )
+        )
+
+    def _open(self, what: str) -> TurnPipeline:
+        """The turn a client message about text is for; refused if there is none open."""
+        if self._live is None:
+            last = self._last_turn_id
+            hint = f"turn {last!r} is done" if last else "no turn was started"
+            raise VoicewsError(
+                ErrorCode.NO_ACTIVE_TURN, f"{what} refused: {hint}; send turn_reset first"
+            )
+        return self._live
+
+    def _pump(self, now: float) -> None:
+        if self._live is not None:
+            self._live.pump(now)
+        else:
+            self._close_if_drained()
+
+    def _ended(
+        self, pipeline: TurnPipeline, now: float, cancelled: bool, reply: str | None
+    ) -> None:
+        """A turn ended: cut (its frames are gone) or finished (they still go out)."""
+        if reply is not None and self._conversation is not None:
+            self._conversation.assistant(reply)
+        self._live = None
+        if not cancelled:
+            self._finished = pipeline
+        self._last_activity = now  # the idle clock starts when the turn ends
+        if not cancelled:
+            self._close_if_drained()
+
+    def _close_if_drained(self) -> None:
+        if self._draining and self._live is None and self.close_request is None:
+            self.close_request = Close(CloseCode.GOING_AWAY, "server shutting down")
