@@ -16,9 +16,9 @@ from dataclasses import replace
 
 import pytest
 
-import hostile
+from bench.hostile import clients as hostile
+from bench.hostile.clients import alongside
 from conftest import TEST_CONFIG, http_get, resources, running, timeout
-from hostile import alongside
 from voicews.client import RealtimeClient
 from voicews.encoding import RESPONSE_FORMATS
 from voicews.errors import ErrorCode

@@ -10,9 +10,9 @@ from __future__ import annotations
 import asyncio
 from dataclasses import replace
 
-import hostile
+from bench.hostile import clients as hostile
+from bench.hostile.clients import Calm, alongside
 from conftest import TEST_CONFIG, running, timeout
-from hostile import Calm, alongside
 
 MAX_FIRST_AUDIO = 1.0
 MAX_STALL = 0.3

@@ -9,9 +9,9 @@ from __future__ import annotations
 import asyncio
 from dataclasses import replace
 
-import hostile
+from bench.capacity.loadtest import soak
+from bench.hostile import clients as hostile
 from conftest import ARENA_SLACK, http_get, resources, running, timeout, tracing_heap, with_session
-from loadtest import soak
 
 SESSIONS, TURNS = 8, 4
 """Per phase: 32 conversation turns, every session's last one cut by a barge-in (and a turn

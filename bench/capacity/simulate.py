@@ -19,8 +19,8 @@ Each policy is a way to run the worker's queue:
 An inference on all the cores takes ``--wide-factor`` of its time on one (0.6, assumed); when
 more threads run than there are cores, a job starting then takes proportionally longer.
 
-    python bench/simulate.py                        # N = 1..32, all policies, ~1 min
-    python bench/simulate.py --ns 16 --policies planned,strict --first-target 0.1,0.2,0.3
+    python -m bench simulate                        # N = 1..32, all policies, ~1 min
+    python -m bench simulate --ns 16 --policies planned,strict --first-target 0.1,0.2,0.3
 """
 
 from __future__ import annotations
@@ -34,19 +34,18 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
-from harness import (
-    BURST_REPLIES,
-    CONVERSATION_REPLIES,
+
+from bench.common import BURST_REPLIES, CONVERSATION_REPLIES
+from bench.harness.connections import Turn
+from bench.harness.summaries import (
     BurstSummary,
     LoadSummary,
-    Turn,
     fmt,
     int_list,
     largest_clean_n,
     largest_smooth_n,
     render,
 )
-
 from voicews import worker as planning
 from voicews.client import word_pieces
 from voicews.cost import PRIORS, Cost, CostModel
