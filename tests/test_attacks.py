@@ -1,4 +1,4 @@
-"""Each hostile client of ``bench/hostile.py`` against a real server on loopback.
+"""Each hostile client of ``bench/hostile/clients.py`` against a real server on loopback.
 
 One test per point of the hardening issues (10 and 15), scaled down to seconds: the attack
 runs, a calm session speaks alongside where the issue measured one (its first audio and

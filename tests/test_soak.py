@@ -1,7 +1,7 @@
 """A bounded soak: many sessions, many turns, barge-ins, and every hostile client of
-``bench/hostile.py`` mixed in; resources must come back flat and every slot free.
+``bench/hostile/clients.py`` mixed in; resources must come back flat and every slot free.
 
-Longer runs with figures: ``python bench/soak.py --seconds 600``.
+Longer runs with figures: ``python -m bench soak --seconds 600``.
 """
 
 from __future__ import annotations
