@@ -20,6 +20,7 @@ from typing import Any
 from voicews.client import RealtimeClient, SpokenTurn, word_pieces
 
 
+@dataclass
 class Playback:
     """What the simulated player did with one turn's audio; seconds from the first delta."""
 

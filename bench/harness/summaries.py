@@ -25,6 +25,7 @@ STOP_TTFA_P95_MS = 3000.0
 N = 4) underruns in at least 3 of 4 conversations."""
 
 
+@dataclass
 class Check:
     """A goal met (``ok``), missed, or not measured (None), as the benches print it."""
 
@@ -34,7 +35,6 @@ class Check:
     def __str__(self) -> str:
         mark = {True: "ok  ", False: "MISS", None: "??  "}[self.ok]
         return f"  [{mark}] {self.text}"
-
 
 
 def percentile(values: Sequence[float], q: float) -> float:
