@@ -1,6 +1,6 @@
 """Pieces the benchmark scripts share: the replies they speak and how they report.
 
-Benchmarks are scripts (``python bench/NAME.py``), so this sits beside them, not in voicews.
+Benchmarks are scripts (``python -m bench NAME``), so this sits beside them, not in voicews.
 """
 
 from __future__ import annotations
@@ -29,6 +29,36 @@ REPLIES: tuple[str, ...] = (
     "updated invite to all 6 attendees. Anything else?",
 )
 """Agent-like replies for time to first audio (9 to 14 s of speech each)."""
+
+CONVERSATION_REPLIES: tuple[str, ...] = (
+    "Sure, I can help with that. Your order shipped on Monday and should arrive by Thursday.",
+    "Good question. The total comes to forty dollars, including tax and shipping.",
+    "I moved your meeting to three in the afternoon, and sent the new invite to everyone. "
+    "Anything else?",
+    "Right now it is 18 degrees and cloudy in Seattle. Later today there is a chance of rain.",
+    "Okay, I found two flights that fit. The first one leaves at nine, the second at noon.",
+    "Thanks for waiting. Your refund was approved, and it should show up within five days.",
+)
+"""Shorter replies for the concurrency sweep and the memory test (4 to 6 s of speech)."""
+
+BURST_REPLIES: tuple[str, ...] = (
+    "Of course. I checked your account, and the payment went through this morning, so you are "
+    "all set for the month.",
+    "Let me see. The next train to Boston leaves at a quarter past six, and it takes about "
+    "four hours.",
+    "That recipe needs two cups of flour, one egg and a pinch of salt. Bake it for twenty minutes.",
+    "Sorry about that. I have cancelled the duplicate order, and you will get an email "
+    "confirming it shortly.",
+    "Your package is at the depot right now. The driver should bring it over between two and "
+    "five today.",
+    "Sure thing. I added milk, bread and coffee to your list, and set a reminder for Saturday "
+    "morning.",
+    "The museum is open until eight tonight. Tickets are twelve dollars, and children under "
+    "six get in free.",
+    "I found three hotels near the beach. The cheapest one has a pool and costs ninety dollars "
+    "a night.",
+)
+"""Replies for the burst scenario (5 to 7 s of speech), held out: no warm-up speaks them."""
 
 
 def source_version() -> str:

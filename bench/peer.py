@@ -15,8 +15,8 @@ import sys
 import time
 from pathlib import Path
 
-from harness import Connection, ServerProcess, Turn, feed
-
+from bench.harness.connections import Connection, Turn, feed
+from bench.harness.processes import ServerProcess
 from voicews.client import word_pieces
 from voicews.engines import BUNDLED_VOICE
 

@@ -1,4 +1,4 @@
-"""Each hostile client of ``bench/hostile.py`` against a real server on loopback.
+"""Each hostile client of ``bench/hostile/clients.py`` against a real server on loopback.
 
 One test per point of the hardening issues (10 and 15), scaled down to seconds: the attack
 runs, a calm session speaks alongside where the issue measured one (its first audio and
@@ -16,9 +16,9 @@ from dataclasses import replace
 
 import pytest
 
-import hostile
+from bench.hostile import clients as hostile
+from bench.hostile.clients import alongside
 from conftest import TEST_CONFIG, http_get, resources, running, timeout
-from hostile import alongside
 from voicews.client import RealtimeClient
 from voicews.encoding import RESPONSE_FORMATS
 from voicews.errors import ErrorCode

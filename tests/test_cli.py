@@ -1,4 +1,4 @@
-"""``voicews serve`` takes its defaults from the config, and the README shows the same ones."""
+"""``voicews serve`` takes its defaults from the config; docs/operations.md shows the same ones."""
 
 from __future__ import annotations
 
@@ -13,12 +13,12 @@ from voicews.engines.piper import bundled_voice
 from voicews.protocol import Limits
 from voicews.server import ServerConfig
 
-README = (Path(__file__).parent.parent / "README.md").read_text()
+OPERATIONS = (Path(__file__).parent.parent / "docs" / "operations.md").read_text()
 
 
 def table(heading: str) -> dict[str, list[str]]:
-    """The README table whose header row starts with ``heading``: cells by first cell's code."""
-    lines = README.split(f"\n| {heading} |")[1].split("\n\n")[0].splitlines()[2:]
+    """The docs' table whose header row starts with ``heading``: cells by first cell's code."""
+    lines = OPERATIONS.split(f"\n| {heading} |")[1].split("\n\n")[0].splitlines()[2:]
     rows = [[cell.strip() for cell in line.strip("|").split("|")] for line in lines]
     return {row[0].strip("`"): row[1:] for row in rows}
 

@@ -1,8 +1,9 @@
 """Fairness per account: a calm session speaking beside an attack keeps its first audio and
 does not stall (issue 10 point 4: a barge-in storm; issue 15 point 4: a flood of speech
 requests). A real server on loopback with the real voice; the attacks and the calm session
-are ``bench/hostile.py``'s (as in ``test_attacks.py`` and ``bench/attacks.py``), each attack
-scaled to last about as long as the calm turn. The calm session's figures are printed.
+are ``bench/hostile/clients.py``'s (as in ``test_attacks.py`` and ``python -m bench
+attacks``), each attack scaled to last about as long as the calm turn. The calm session's
+figures are printed.
 """
 
 from __future__ import annotations
@@ -10,9 +11,9 @@ from __future__ import annotations
 import asyncio
 from dataclasses import replace
 
-import hostile
+from bench.hostile import clients as hostile
+from bench.hostile.clients import Calm, alongside
 from conftest import TEST_CONFIG, running, timeout
-from hostile import Calm, alongside
 
 MAX_FIRST_AUDIO = 1.0
 MAX_STALL = 0.3

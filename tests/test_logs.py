@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from websockets.exceptions import InvalidStatus
 
-import hostile
+from bench.hostile import clients as hostile
 from conftest import TEST_CONFIG, running, timeout
 from voicews.access import AccessPolicy
 from voicews.client import RealtimeClient

@@ -23,8 +23,8 @@ import pytest
 mx = pytest.importorskip("mlx.core", exc_type=ImportError)  # plain mlx on Linux: no libmlx
 pytest.importorskip("onnx")
 
+from bench.engines.measures import join_jumps, snr_db  # noqa: E402
 from conftest import TEST_CONFIG, running, timeout  # noqa: E402
-from measures import join_jumps, snr_db  # noqa: E402
 from voicews.cache import cache_dir  # noqa: E402
 from voicews.client import RealtimeClient, SpokenTurn  # noqa: E402
 from voicews.compute.execution import ComputeWorker  # noqa: E402

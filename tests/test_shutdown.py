@@ -10,7 +10,7 @@ import time
 import pytest
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 
-import hostile
+from bench.hostile import clients as hostile
 from conftest import free_port, timeout
 from voicews.client import RealtimeClient, SpokenTurn, word_pieces
 from voicews.errors import CloseCode

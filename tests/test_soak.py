@@ -1,7 +1,7 @@
 """A bounded soak: many sessions, many turns, barge-ins, and every hostile client of
-``bench/hostile.py`` mixed in; resources must come back flat and every slot free.
+``bench/hostile/clients.py`` mixed in; resources must come back flat and every slot free.
 
-Longer runs with figures: ``python bench/soak.py --seconds 600``.
+Longer runs with figures: ``python -m bench soak --seconds 600``.
 """
 
 from __future__ import annotations
@@ -9,9 +9,9 @@ from __future__ import annotations
 import asyncio
 from dataclasses import replace
 
-import hostile
+from bench.capacity.loadtest import soak
+from bench.hostile import clients as hostile
 from conftest import ARENA_SLACK, http_get, resources, running, timeout, tracing_heap, with_session
-from loadtest import soak
 
 SESSIONS, TURNS = 8, 4
 """Per phase: 32 conversation turns, every session's last one cut by a barge-in (and a turn

@@ -1,4 +1,4 @@
-"""A calm session beside each hostile client of ``bench/hostile.py``: this checkout against a
+"""A calm session beside each hostile client of ``clients.py``: this checkout against a
 baseline checkout, side by side in one run.
 
 For each attack and each source, a fresh ``voicews serve`` (its own process, the source's code
@@ -6,12 +6,12 @@ on ``PYTHONPATH``) takes the attack; half a second in, a calm session streams an
 reply at 20 tokens/s. Printed per attack and source, medians over ``--repeats``: the calm
 session's first audio and stall (silence after its first audio, as a real-time listener hears
 it), the server's peak RSS, and the session slots still held two seconds after the attackers
-are gone. The attacking clients always run this checkout's ``bench/hostile.py``.
+are gone. The attacking clients always run this checkout's ``clients.py``.
 
-    python bench/attacks.py                                   # this checkout only
-    python bench/attacks.py --baseline /tmp/voicews-main      # side by side with another
-    python bench/attacks.py --attacks none,flood,cjk --repeats 3
-    python bench/attacks.py --heavy                           # also the multi-GB ones
+    python -m bench attacks                                   # this checkout only
+    python -m bench attacks --baseline /tmp/voicews-main      # side by side with another
+    python -m bench attacks --attacks none,flood,cjk --repeats 3
+    python -m bench attacks --heavy                           # also the multi-GB ones
 
 ``--heavy`` adds the attacks that took an unfixed server past 4 GB (issue 15.3's 3,200-char
 URL reached 11.9 GB): only on a machine with the memory to spare.
@@ -30,10 +30,9 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from common import source_version
-
-import hostile
-from hostile import Calm, alongside
+from bench.common import source_version
+from bench.hostile import clients as hostile
+from bench.hostile.clients import Calm, alongside
 
 HOST = "127.0.0.1"
 Attack = Callable[[int, str], Awaitable[object]]
@@ -173,7 +172,7 @@ def summary(runs: list[Run]) -> list[str]:
 
 
 async def main(args: argparse.Namespace) -> None:
-    sources = {"this": Path(__file__).resolve().parent.parent}
+    sources = {"this": Path(__file__).resolve().parents[2]}
     if args.baseline:
         sources["baseline"] = Path(args.baseline).resolve()
     names = args.attacks.split(",") if args.attacks else list(CASES)

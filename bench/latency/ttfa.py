@@ -5,11 +5,11 @@ at LLM-like token rates and measures what a real-time listener gets. By default 
 ``VoicewsServer`` in-process on a free port (client and server then share one event loop);
 ``--url`` measures a running service instead.
 
-    python bench/ttfa.py                          # 20 and 50 tokens/s, 5 repeats (~2 min)
-    python bench/ttfa.py --rates 20 --repeats 3 --json ttfa.json
-    python bench/ttfa.py --stall-guard-ms 600 --idle-flush-ms 300
-    python bench/ttfa.py --compare-first-words 1,2,3   # eager start vs stalls, side by side
-    python bench/ttfa.py --lanes 1,2              # compute lanes, one after the other
+    python -m bench ttfa                          # 20 and 50 tokens/s, 5 repeats (~2 min)
+    python -m bench ttfa --rates 20 --repeats 3 --json ttfa.json
+    python -m bench ttfa --stall-guard-ms 600 --idle-flush-ms 300
+    python -m bench ttfa --compare-first-words 1,2,3   # eager start vs stalls, side by side
+    python -m bench ttfa --lanes 1,2              # compute lanes, one after the other
 
 Per run: TTFA (first delta sent -> first audio frame received), stall (silence heard by a
 listener who starts playing at the first frame), end -> last audio (``end_text`` sent -> last
@@ -30,8 +30,8 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import numpy as np
-from common import REPLIES, json_safe, rate_list, source_version
 
+from bench.common import REPLIES, json_safe, rate_list, source_version
 from voicews.client import RealtimeClient, SpokenTurn, word_pieces
 from voicews.core.config import SessionConfig
 from voicews.server import ServerConfig, VoicewsServer

@@ -3,9 +3,9 @@
 Prints turns, audio, and the server's resident memory, open file descriptors, threads and
 tasks after a warm-up and at the end (a leak shows as growth after the warm-up).
 
-    python bench/soak.py                          # 16 sessions, 20 s warm-up, 120 s measured
-    python bench/soak.py --sessions 32 --seconds 600
-    python bench/soak.py --url ws://host:8765/v1/realtime   # load only; no server figures
+    python -m bench soak                          # 16 sessions, 20 s warm-up, 120 s measured
+    python -m bench soak --sessions 32 --seconds 600
+    python -m bench soak --url ws://host:8765/v1/realtime   # load only; no server figures
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import threading
 import time
 from dataclasses import replace
 
-from loadtest import SoakReport, soak
+from bench.capacity.loadtest import SoakReport, soak
 from voicews.core.config import SessionConfig
 from voicews.server import ServerConfig, VoicewsServer
 

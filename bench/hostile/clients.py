@@ -1,6 +1,6 @@
 """Hostile clients, and a calm session to measure what each costs the others.
 
-The hardening tests, the soak test and ``bench/attacks.py`` throw these at a server on
+The hardening tests, the soak test and ``python -m bench attacks`` throw these at a server on
 loopback; point them at a deployment to check that it holds. Test and bench code only: nothing
 in ``voicews/`` imports it. Each attack is a coroutine
 against ``host:port`` that returns when the attacker is done (or gone); :func:`calm_turn`

@@ -3,14 +3,14 @@
 On a CPU the piper engine can run several inferences side by side (``voicews serve --lanes
 N``; one per core by default), instead of one at a time on all the cores. This starts one server
 per lane count (separate processes, same voice) and, at each N, runs the same load against each
-in turn: ``harness.py``'s concurrency sweep, as in ``compare.py``'s part 2, N conversations at
+in turn: ``harness/parts.py``' concurrency sweep, as in ``compare.py``'s part 2, N conversations at
 20 tokens/s, each played through a simulated player with a jitter buffer. It prints, per N and
 lane count, first audio p50/p95, underruns per conversation-minute, conversations with an
 underrun, server CPU per second of audio and the compute lanes' busy share, then the largest N
 without underrun.
 
-    python bench/lanes.py                          # lanes 1 and 2, N = 1, 4, 8, 12, 16, 24
-    python bench/lanes.py --lanes 1,2,4 --ns 1,8,16 --turns 2
+    python -m bench lanes                          # lanes 1 and 2, N = 1, 4, 8, 12, 16, 24
+    python -m bench lanes --lanes 1,2,4 --ns 1,8,16 --turns 2
 """
 
 from __future__ import annotations
@@ -20,18 +20,10 @@ import asyncio
 import tempfile
 from pathlib import Path
 
-from common import source_version
-from harness import (
-    LoadSummary,
-    VoicewsProcess,
-    fmt,
-    int_list,
-    largest_clean_n,
-    log,
-    measure_sweep,
-    render,
-    warm_up,
-)
+from bench.common import source_version
+from bench.harness.parts import log, measure_sweep, warm_up
+from bench.harness.processes import VoicewsProcess
+from bench.harness.summaries import LoadSummary, fmt, int_list, largest_clean_n, render
 
 
 class LanesProcess(VoicewsProcess):

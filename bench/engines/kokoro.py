@@ -1,8 +1,8 @@
 """Kokoro against Piper in one run: the engines alone, then the service, then Kokoro's decoder
 run in windows.
 
-    python bench/kokoro.py                        # ~10 min on 2 cores
-    python bench/kokoro.py --repeats 1 --replies 1 --lengths 12,60   # smoke run
+    python -m bench kokoro                        # ~10 min on 2 cores
+    python -m bench kokoro --repeats 1 --replies 1 --lengths 12,60   # smoke run
 
 1. Engines alone (no server): synthesis time per text length, median over repeats; the fit
    ``ms = fixed + per_char * chars`` says what a segment of N characters costs before its
@@ -31,9 +31,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from common import REPLIES, json_safe, rate_list, source_version
-from ttfa import Run, Summary, measure_rate, warm_up
 
+from bench.common import REPLIES, json_safe, rate_list, source_version
+from bench.latency.ttfa import Run, Summary, measure_rate, warm_up
 from voicews.engines import engine_factory
 from voicews.engines.base import SynthesisOptions
 from voicews.server import ServerConfig, VoicewsServer

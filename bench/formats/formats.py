@@ -13,8 +13,8 @@ Two parts, in one run:
   ``response_format`` the same replies in one POST (request sent -> first body byte). Formats
   take turns within each repeat, so drift on a busy machine hits them alike.
 
-    python bench/formats.py                         # 5 replies x 3 repeats (~15 min)
-    python bench/formats.py --replies 1 --repeats 1 # smoke run (~2 min)
+    python -m bench formats                         # 5 replies x 3 repeats (~15 min)
+    python -m bench formats --replies 1 --repeats 1 # smoke run (~2 min)
 """
 
 from __future__ import annotations
@@ -29,8 +29,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from common import REPLIES, json_safe, source_version
-
+from bench.common import REPLIES, json_safe, source_version
 from voicews.audio import Audio
 from voicews.client import RealtimeClient
 from voicews.encoding import (

@@ -9,14 +9,13 @@ at the token rate, ``synthesize`` with the whole text (for servers that cannot s
 servers in turn, in alternating order, with the same deltas on the same schedule.
 
     pip install -e '.[bench]'
-    python bench/wyoming_ttfa.py                   # 20 and 50 tokens/s, 3 passes (~3 min)
-    python bench/wyoming_ttfa.py --rates 20 --repeats 1 --replies 2      # smoke run
+    python -m bench wyoming_ttfa                   # 20 and 50 tokens/s, 3 passes (~3 min)
+    python -m bench wyoming_ttfa --rates 20 --repeats 1 --replies 2      # smoke run
 
 Per turn: first audio (first chunk sent -> first ``audio-chunk`` received) and end -> last
 audio (``synthesize-stop`` sent -> last ``audio-chunk``). Figures: the median over passes of
 each pass's median (p95 over all turns); the target is voicews at most 0.3x the peer's median
-first audio at 20 tokens/s. (Not ``bench/wyoming.py``: a script of that name would shadow the
-``wyoming`` package it imports.)
+first audio at 20 tokens/s.
 """
 
 from __future__ import annotations
@@ -35,8 +34,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from common import REPLIES, json_safe, rate_list, source_version
-
+from bench.common import REPLIES, json_safe, rate_list, source_version
 from voicews.client import word_pieces
 from voicews.engines.piper import bundled_voice
 
@@ -47,9 +45,7 @@ try:
     from wyoming.info import Describe, Info
     from wyoming.tts import Synthesize, SynthesizeChunk, SynthesizeStart, SynthesizeStop
 except ImportError:
-    sys.exit(
-        "bench/wyoming_ttfa.py needs the wyoming client and the peer: pip install -e '.[bench]'"
-    )
+    sys.exit("bench wyoming_ttfa needs the wyoming client and the peer: pip install -e '.[bench]'")
 
 VOICEWS, PEER = "voicews", "wyoming-piper"
 TARGET_RATIO = 0.3

@@ -17,9 +17,9 @@ buffer holds ``--jitter-ms`` of audio (or the whole turn has arrived), then play
 running dry before the turn's audio is complete is an underrun, after which it rebuffers the
 same amount. A stall is the silence heard from running dry to playing again.
 
-    python bench/compare.py                        # everything, ~10 min on 2 cores
-    python bench/compare.py --quick                # ~2.5 min
-    python bench/compare.py --ns 1,2,4,8 --repeats 5 --plot cmp.png --json cmp.json
+    python -m bench compare                        # everything, ~10 min on 2 cores
+    python -m bench compare --quick                # ~2.5 min
+    python -m bench compare --ns 1,2,4,8 --repeats 5 --plot cmp.png --json cmp.json
 
 Three parts, both servers in each:
 
@@ -55,30 +55,23 @@ from dataclasses import asdict
 from itertools import pairwise
 from pathlib import Path
 
-from common import REPLIES, json_safe, rate_list, source_version
-from harness import (
-    CONVERSATION_REPLIES,
+from bench.common import CONVERSATION_REPLIES, REPLIES, json_safe, rate_list, source_version
+from bench.harness.connections import Turn
+from bench.harness.parts import log, measure_memory, measure_sweep, measure_ttfa, warm_up
+from bench.harness.processes import CpuMark, ServerProcess, VoicewsProcess
+from bench.harness.summaries import (
     Check,
-    CpuMark,
     LoadSummary,
     MemorySummary,
-    ServerProcess,
     TtfaSummary,
-    Turn,
-    VoicewsProcess,
     clean_n_with_jitter,
     fmt,
     int_list,
     largest_clean_n,
-    log,
-    measure_memory,
-    measure_sweep,
-    measure_ttfa,
     ratio,
     render,
-    warm_up,
 )
-from peer import PEER, VOICE, WyomingProcess
+from bench.peer import PEER, VOICE, WyomingProcess
 
 VOICEWS = VoicewsProcess.name
 SERVERS = (VOICEWS, PEER)

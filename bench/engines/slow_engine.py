@@ -11,8 +11,8 @@ character for every engine, 5 ms at first, rising at once with what the session 
 ``cost-aware`` (``voicews.core.pacing``: the engine's cost fitted fixed plus per character, from
 the engine's prior: Piper's at 1x, Kokoro's at 10x and more; cuts that fit the audio in hand).
 
-    python bench/slow_engine.py                  # 1x and 10x, N = 1, 2, 4: seconds
-    python bench/slow_engine.py --scales 1,10,20 --ns 1,2,3,4 --turns 5
+    python -m bench slow_engine                  # 1x and 10x, N = 1, 2, 4: seconds
+    python -m bench slow_engine --scales 1,10,20 --ns 1,2,3,4 --turns 5
 """
 
 from __future__ import annotations
@@ -21,9 +21,9 @@ import argparse
 import statistics
 from collections.abc import Callable, Sequence
 
-from harness import Turn, fmt, int_list, percentile, render
-from simulate import POLICIES, RATE, EngineModel, Machine, Simulation, converse
-
+from bench.capacity.simulate import POLICIES, RATE, EngineModel, Machine, Simulation, converse
+from bench.harness.connections import Turn
+from bench.harness.summaries import fmt, int_list, percentile, render
 from voicews.core.config import SessionConfig
 from voicews.core.cost import PRIORS, Cost
 from voicews.text.segmenter import Fit, Urgency

@@ -20,9 +20,9 @@ issue 13 met or missed, and plots stall against N (``--plot``). ``--baseline DIR
 a voicews of this one started with other ``serve`` arguments, for A/B runs in the same
 conditions.
 
-    python bench/capacity.py                        # ~12 min on 2 cores
-    python bench/capacity.py --quick                # ~3 min
-    python bench/capacity.py --baseline ../main --variant "lanes1=--lanes 1" --no-peer
+    python -m bench capacity                        # ~12 min on 2 cores
+    python -m bench capacity --quick                # ~3 min
+    python -m bench capacity --baseline ../main --variant "lanes1=--lanes 1" --no-peer
 """
 
 from __future__ import annotations
@@ -40,27 +40,21 @@ from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
 
-from common import REPLIES, json_safe, source_version
-from harness import (
+from bench.common import REPLIES, json_safe, source_version
+from bench.harness.connections import Turn
+from bench.harness.parts import log, measure_bursts, measure_sweep, measure_ttfa, warm_up
+from bench.harness.processes import CpuMark, ServerProcess, VoicewsProcess
+from bench.harness.summaries import (
     STALL_MS,
     BurstSummary,
     Check,
-    CpuMark,
     LoadSummary,
-    ServerProcess,
     TtfaSummary,
-    Turn,
-    VoicewsProcess,
     fmt,
     int_list,
     largest_clean_n,
     largest_smooth_n,
-    log,
-    measure_bursts,
-    measure_sweep,
-    measure_ttfa,
     render,
-    warm_up,
 )
 
 VOICEWS = VoicewsProcess.name
@@ -293,7 +287,7 @@ def servers_of(args: argparse.Namespace, workdir: Path) -> list[ServerProcess]:
         name, _, serve_args = variant.partition("=")
         out.append(VoicewsProcess(workdir, sessions, name, args=shlex.split(serve_args)))
     if not args.no_peer:
-        from peer import WyomingProcess
+        from bench.peer import WyomingProcess
 
         out.append(WyomingProcess(workdir))
     return out

@@ -12,8 +12,8 @@ It prints, per arrangement (medians over the repeats): a first segment's inferen
 side by side (wall time, audio seconds per second, CPU ms per audio second), and resident memory
 after loading and after the inferences, with the lone inference's median ratio to ``one``.
 
-    python bench/ort_sessions.py                   # 5 repeats
-    python bench/ort_sessions.py --repeats 1 --lone 3
+    python -m bench ort_sessions                   # 5 repeats
+    python -m bench ort_sessions --repeats 1 --lone 3
 """
 
 from __future__ import annotations
@@ -28,11 +28,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-from common import REPLIES, source_version
-from harness import fmt, median, ratio, render
+from bench.common import REPLIES, source_version
+from bench.harness.summaries import fmt, median, ratio, render
 
 ARRANGEMENTS = ("one", "separate", "lanes")
 FIRST = "Sure, I can help with that."
+ROOT = Path(__file__).resolve().parents[2]
+"""Where ``python -m bench`` runs, so each arrangement's process finds the package."""
 
 
 def rss_mb() -> float:
@@ -137,9 +139,9 @@ def main() -> None:
     for repeat in range(args.repeats):
         for arrangement in ARRANGEMENTS:
             done = subprocess.run(
-                [sys.executable, __file__, "--child", arrangement, "--lanes", str(args.lanes),
-                 "--lone", str(args.lone)],
-                capture_output=True, text=True, check=True,
+                [sys.executable, "-m", "bench.engines.ort_sessions", "--child", arrangement,
+                 "--lanes", str(args.lanes), "--lone", str(args.lone)],
+                capture_output=True, text=True, check=True, cwd=ROOT,
             )  # fmt: skip
             runs[arrangement].append(json.loads(done.stdout.splitlines()[-1]))
             print(f"repeat {repeat + 1}, {arrangement}: {runs[arrangement][-1]}", file=sys.stderr)

@@ -19,8 +19,8 @@ Each policy is a way to run the worker's queue:
 An inference on all the cores takes ``--wide-factor`` of its time on one (0.6, assumed); when
 more threads run than there are cores, a job starting then takes proportionally longer.
 
-    python bench/simulate.py                        # N = 1..32, all policies, ~1 min
-    python bench/simulate.py --ns 16 --policies planned,strict --first-target 0.1,0.2,0.3
+    python -m bench simulate                        # N = 1..32, all policies, ~1 min
+    python -m bench simulate --ns 16 --policies planned,strict --first-target 0.1,0.2,0.3
 """
 
 from __future__ import annotations
@@ -34,28 +34,27 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
-from harness import (
-    BURST_REPLIES,
-    CONVERSATION_REPLIES,
+
+from bench.common import BURST_REPLIES, CONVERSATION_REPLIES
+from bench.harness.connections import Turn
+from bench.harness.summaries import (
     BurstSummary,
     LoadSummary,
-    Turn,
     fmt,
     int_list,
     largest_clean_n,
     largest_smooth_n,
     render,
 )
-
-from voicews import worker as planning
 from voicews.client import word_pieces
+from voicews.compute import jobs as planning
 from voicews.compute.jobs import Account, Job
+from voicews.compute.planning import WAIT_HALF_LIFE
 from voicews.core.config import SessionConfig
 from voicews.core.cost import PRIORS, Cost, CostModel
+from voicews.core.events import AudioFrame, Outgoing, TurnDone
 from voicews.core.jobs import SynthesisRequest
-from voicews.core.outbox import Outgoing
 from voicews.core.session import Session
-from voicews.protocol import AudioFrame, EndText, TextDelta, TurnDone, TurnReset
 
 RATE = 22050
 SECONDS_PER_CHAR = 0.058
@@ -251,7 +250,7 @@ class Simulation:
         """Start a turn now: reset, then the word pieces at ``rate``, then the end."""
         conv.turn, conv.times, conv.samples = turn, [], []
         turn.sample_rate = RATE
-        conv.session.handle(TurnReset(turn_id=f"t{len(self.turns)}-{conv.index}"), self.now)
+        conv.session.turn_reset(f"t{len(self.turns)}-{conv.index}", self.now)
         self.sync(conv)
         pieces = word_pieces(text)
         for i, piece in enumerate(pieces):
@@ -262,13 +261,13 @@ class Simulation:
         assert conv.turn is not None
         if conv.turn.first_delta_at is None:
             conv.turn.first_delta_at = self.now
-        conv.session.handle(TextDelta(text=piece), self.now)
+        conv.session.text_delta(piece, self.now)
         self.sync(conv)
 
     def end(self, conv: SimSession) -> None:
         assert conv.turn is not None
         conv.turn.end_text_at = self.now
-        conv.session.handle(EndText(), self.now)
+        conv.session.end_text(self.now)
         self.sync(conv)
 
     # --- the worker ------------------------------------------------------------------------
@@ -290,7 +289,7 @@ class Simulation:
             self.step(sim, threads, factor)
 
     def waited(self) -> float:
-        return self.wait * 0.5 ** ((self.now - self.wait_at) / planning.WAIT_HALF_LIFE)
+        return self.wait * 0.5 ** ((self.now - self.wait_at) / WAIT_HALF_LIFE)
 
     def step(self, sim: SimJob, threads: int, factor: float) -> None:
         sentence = sim.sentences.pop(0)

@@ -11,8 +11,8 @@ For one long sentence of the bundled voice (or ``--voice``), on each MLX device 
 - the first upsampling layer four ways: ``conv_transpose1d``, zero-stuffing + ``conv1d``, and
   polyphase as one native ``conv1d`` or as one matmul per tap.
 
-    python bench/mlx_chunked.py                       # CPU here (~3 min), GPU too where MLX has one
-    python bench/mlx_chunked.py --repeats 3 --json mlx.json
+    python -m bench mlx_chunked                       # CPU here (~3 min), GPU too where MLX has one
+    python -m bench mlx_chunked --repeats 3 --json mlx.json
 
 Every timing evaluates its MLX arrays (``mx.eval``) inside the timed region, and is the best
 of ``--repeats`` runs of wall-clock time. Needs ``mlx`` (``pip install 'mlx[cpu]'`` on Linux)
@@ -34,7 +34,7 @@ from typing import Any
 import mlx.core as mx
 import numpy as np
 
-from measures import join_jumps, snr_db
+from bench.engines.measures import join_jumps, snr_db
 from voicews.engines.mlx_piper.decode import overlap_windows, streaming_windows, window_plan
 from voicews.engines.mlx_piper.engine import MlxConfig, MlxPiperEngine
 from voicews.engines.mlx_piper.model import PiperVits, Upsample

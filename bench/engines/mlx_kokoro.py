@@ -12,9 +12,9 @@ For one text (``--text``, default a two-sentence agent reply), on each MLX devic
 - the whole engine's real-time factor (compute seconds per second of audio) and CPU seconds
   per second of audio, against ``--engine kokoro`` (onnxruntime, int8) on the same text.
 
-    python bench/mlx_kokoro.py                      # CPU here (~5 min on 2 busy cores)
-    python bench/mlx_kokoro.py --quick              # one short sentence (~1 min)
-    python bench/mlx_kokoro.py --repeats 3 --json mlx-kokoro.json
+    python -m bench mlx_kokoro                      # CPU here (~5 min on 2 busy cores)
+    python -m bench mlx_kokoro --quick              # one short sentence (~1 min)
+    python -m bench mlx_kokoro --repeats 3 --json mlx-kokoro.json
 
 Every MLX timing evaluates its arrays (``mx.eval``) inside the timed region and is the best of
 ``--repeats`` wall-clock runs. On a Mac, run it as is: MLX's GPU is then measured too, with
@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -34,9 +33,7 @@ from typing import Any
 import mlx.core as mx
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).parent))
-from common import json_safe, source_version
-
+from bench.common import json_safe, source_version
 from voicews.engines.base import SynthesisOptions, WordStarts
 from voicews.engines.kokoro.assets import (
     DEFAULT_VOICE,

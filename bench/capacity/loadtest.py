@@ -1,7 +1,7 @@
 """A load generator: many sessions speaking many turns, some cut by barge-in.
 
-Used by ``bench/soak.py`` and the soak test; point it at any running service to check a
-deployment (``python bench/soak.py --url ws://host:8765/v1/realtime``).
+Used by ``python -m bench soak`` and the soak test; point it at any running service to check a
+deployment (``python -m bench soak --url ws://host:8765/v1/realtime``).
 """
 
 from __future__ import annotations

@@ -1,0 +1,96 @@
+"""``python -m bench`` lists the scenarios; ``python -m bench NAME [args]`` runs one.
+
+Each scenario keeps its own arguments (``python -m bench NAME --help``) and runs as the main
+module, as ``python -m`` would run it, so it behaves as it did as a script.
+"""
+
+from __future__ import annotations
+
+import runpy
+import sys
+
+SCENARIOS: dict[str, tuple[str, str]] = {
+    "ttfa": (
+        "bench.latency.ttfa",
+        "voicews alone, in-process: first audio, stalls, end of text to last audio, RTF",
+    ),
+    "compare": (
+        "bench.latency.compare",
+        "voicews against wyoming-piper in one run: first audio, concurrency, memory",
+    ),
+    "wyoming_ttfa": (
+        "bench.latency.wyoming_ttfa",
+        "first audio through Wyoming, as Home Assistant streams a reply, against wyoming-piper",
+    ),
+    "capacity": (
+        "bench.capacity.capacity",
+        "conversations one box keeps smooth (lone, burst, staggered), against wyoming-piper",
+    ),
+    "lanes": ("bench.capacity.lanes", "lane counts side by side, the same load on each"),
+    "simulate": (
+        "bench.capacity.simulate",
+        "the worker's scheduling policies through the real sessions, in simulated time",
+    ),
+    "soak": (
+        "bench.capacity.soak",
+        "many sessions, turns and barge-ins: memory, descriptors, threads and tasks over time",
+    ),
+    "formats": (
+        "bench.formats.formats",
+        "each output format against plain pcm_s16le: first audio and CPU per audio second",
+    ),
+    "kokoro": (
+        "bench.engines.kokoro",
+        "Kokoro against Piper: cost per character, first audio, stalls; its decoder in windows",
+    ),
+    "slow_engine": (
+        "bench.engines.slow_engine",
+        "first audio and stalls with an engine 10x slower than Piper, in simulated time",
+    ),
+    "ort_sessions": (
+        "bench.engines.ort_sessions",
+        "the lanes' onnxruntime sessions: Piper inferences alone and side by side, memory",
+    ),
+    "mlx_chunked": (
+        "bench.engines.mlx_chunked",
+        "the mlx-piper engine's windowed decode: first-window compute, RTF, join quality",
+    ),
+    "mlx_kokoro": (
+        "bench.engines.mlx_kokoro",
+        "the mlx-kokoro engine per component, beside the onnxruntime engine",
+    ),
+    "attacks": (
+        "bench.hostile.attacks",
+        "a calm session beside each hostile client, against another checkout, peak memory",
+    ),
+}
+"""Each scenario's module and what it measures, in one line; the module's folder is its group."""
+
+
+def usage() -> str:
+    width = max(map(len, SCENARIOS))
+    lines = ["usage: python -m bench NAME [args]   (python -m bench NAME --help: its arguments)"]
+    group = ""
+    for name, (module, what) in SCENARIOS.items():
+        if module.split(".")[1] != group:
+            group = module.split(".")[1]
+            lines.append(f"\n{group}/")
+        lines.append(f"  {name:<{width}}  {what}")
+    return "\n".join(lines)
+
+
+def main(argv: list[str]) -> int:
+    if not argv or argv[0] in ("-h", "--help"):
+        print(usage())
+        return 0
+    if argv[0] not in SCENARIOS:
+        print(f"no scenario {argv[0]!r}\n\n{usage()}", file=sys.stderr)
+        return 2
+    module, _ = SCENARIOS[argv[0]]
+    sys.argv = [module, *argv[1:]]
+    runpy.run_module(module, run_name="__main__", alter_sys=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

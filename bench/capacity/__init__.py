@@ -1,0 +1,1 @@
+"""How many conversations one box keeps smooth, and what long mixed loads leave behind."""

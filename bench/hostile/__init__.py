@@ -1,0 +1,1 @@
+"""Hostile clients, and what each costs a calm session beside it."""

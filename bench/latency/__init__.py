@@ -1,0 +1,1 @@
+"""How soon the first audio comes, and whether it keeps coming: one conversation at a time."""
