@@ -26,7 +26,8 @@ from wyoming.tts import (
 
 from conftest import TEST_CONFIG, running, timeout
 from voicews.client import RealtimeClient, word_pieces
-from voicews.dialects.wyoming import WyomingServer, parse_uri
+from voicews.dialects.wyoming import WyomingServer
+from voicews.dialects.wyoming_info import parse_uri
 from voicews.server import VoicewsServer
 
 STREAMED = ["audio-start", "audio-chunk", "audio-stop", "synthesize-stopped"]

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..audio import StitchConfig
+from ..encoding import Encoding
 from ..text.segmenter import SegmenterConfig
 from .conversation import AgentConfig
 
@@ -33,3 +34,16 @@ class SessionConfig:
     agent: AgentConfig | None = None
     voices: tuple[str, ...] = ()
     """The engine's voices (``engines.engine_voices``), the default first."""
+
+
+@dataclass(frozen=True, slots=True)
+class SettingsUpdate:
+    """Voice options from the next segment, the output format from the next turn; a field
+    left None keeps its value."""
+
+    speed: float | None = None
+    voice: str | None = None
+    chunk_frames: int | None = None
+    overlap_frames: int | None = None
+    sample_rate: int | None = None
+    format: Encoding | None = None

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..encoding import OutputFormat
+from ..errors import CloseCode
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,6 +94,14 @@ class AudioFrame:
     start_sample: int
     pcm: bytes
     samples: int
+
+
+@dataclass(frozen=True, slots=True)
+class Close:
+    """The session asks its connection to close once the outbox is sent."""
+
+    code: CloseCode
+    reason: str
 
 
 Event = SessionUpdated | TurnStarted | ReplyDelta | Pong | SegmentStarted | Words | TurnDone | Error

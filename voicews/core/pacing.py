@@ -115,10 +115,11 @@ class Pacing:
         two thirds of it. With the whole margin nothing fits at the critical time (it leaves
         the pending text's latency and a third of the margin), and the shortest piece went
         out: one word at a time, 18 of 50 later segments of a lone conversation, against 8 of
-        44 with two thirds (``bench/capacity.py``, one A/B run; 16 staggered conversations: 57
-        of 251 against 37 of 231). With a third, 2 of 40, but a lone conversation heard gaps
-        of 20-38 ms (two runs), and ``bench/slow_engine.py`` stalled more (1x, N = 4: 8
-        stalls against 2); two thirds stalled no more than the whole margin in either.
+        44 with two thirds (``python -m bench capacity``, one A/B run; 16 staggered
+        conversations: 57 of 251 against 37 of 231). With a third, 2 of 40, but a lone
+        conversation heard gaps of 20-38 ms (two runs), and ``python -m bench slow_engine``
+        stalled more (1x, N = 4: 8 stalls against 2); two thirds stalled no more than the whole
+        margin in either.
         The least: a piece of ``c`` characters gives ``r * c`` seconds of audio for
         ``a + b * c`` of latency (the queue wait counted with ``a``), so it gains ground on
         the listener only past ``a / (r - b)`` characters.

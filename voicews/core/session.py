@@ -18,42 +18,22 @@ from __future__ import annotations
 import itertools
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 from ..audio import Audio
-from ..encoding import Encoding, FrameEncoder, OutputFormat
+from ..encoding import FrameEncoder, OutputFormat
 from ..engines.base import SynthesisOptions
 from ..errors import CloseCode, ErrorCode, VoicewsError, unknown_voice
-from .config import SessionConfig
+from .config import SessionConfig, SettingsUpdate
 from .conversation import Conversation, Message
 from .cost import Cost
-from .events import AudioFrame, Error, Outgoing, Pong, SessionUpdated, TurnStarted
+from .events import AudioFrame, Close, Error, Outgoing, Pong, SessionUpdated, TurnStarted
 from .jobs import GenerationRequest, JobBook, Request
 from .outbox import Outbox
 from .pacing import Pacing
 from .pipeline import SessionStats, Shared, TurnPipeline
+from .rate import TokenBucket
 from .turn import Turn
-
-
-@dataclass(frozen=True, slots=True)
-class Close:
-    """The session asks its connection to close once the outbox is sent."""
-
-    code: CloseCode
-    reason: str
-
-
-@dataclass(frozen=True, slots=True)
-class SettingsUpdate:
-    """Voice options from the next segment, the output format from the next turn; a field
-    left None keeps its value."""
-
-    speed: float | None = None
-    voice: str | None = None
-    chunk_frames: int | None = None
-    overlap_frames: int | None = None
-    sample_rate: int | None = None
-    format: Encoding | None = None
 
 
 class Session:
@@ -90,8 +70,7 @@ class Session:
         self._finished: TurnPipeline | None = None  # ended, its last frames may still be queued
         self._last_turn_id: str | None = None
         self._reply_ids = itertools.count(1)
-        self._bucket = float(config.max_messages_per_second)
-        self._bucket_at: float | None = None
+        self._bucket = TokenBucket(config.max_messages_per_second)
         self._last_activity = 0.0
         self._draining = False
 
@@ -103,22 +82,17 @@ class Session:
 
     def admit(self, now: float) -> bool:
         """Count one client frame against the rate limit; False (and an error) if over it."""
-        rate = self.config.max_messages_per_second
-        if self._bucket_at is not None:
-            self._bucket = min(float(rate), self._bucket + (now - self._bucket_at) * rate)
-        self._bucket_at = now
         self._last_activity = now
-        if self._bucket < 1.0:
-            self.report(
-                VoicewsError(
-                    ErrorCode.RATE_LIMITED,
-                    f"more than {rate} messages per second; message refused",
-                    self._live.turn.id if self._live else None,
-                )
+        if self._bucket.take(now):
+            return True
+        self.report(
+            VoicewsError(
+                ErrorCode.RATE_LIMITED,
+                f"more than {self._bucket.rate} messages per second; message refused",
+                self._live.turn.id if self._live else None,
             )
-            return False
-        self._bucket -= 1.0
-        return True
+        )
+        return False
 
     def report(self, exc: VoicewsError) -> None:
         self.stats.errors.append(exc.code)

@@ -22,8 +22,8 @@ from .. import logs
 from .. import protocol as wire
 from ..asgi import Receive, Send
 from ..core import events as core
-from ..core.config import SessionConfig
-from ..core.session import Session, SettingsUpdate
+from ..core.config import SessionConfig, SettingsUpdate
+from ..core.session import Session
 from ..driver import SessionDriver
 from ..errors import ErrorCode, VoicewsError
 

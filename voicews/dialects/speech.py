@@ -18,8 +18,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from .. import logs
 from ..asgi import Receive, Send
+from ..core.config import SettingsUpdate
 from ..core.events import AudioFrame, Error, TurnDone
-from ..core.session import SettingsUpdate
 from ..driver import SessionDriver
 from ..encoding import ContainerEncoder, ResponseFormat, content_type, response_output
 from ..errors import ErrorCode, VoicewsError, unknown_voice

@@ -33,16 +33,15 @@ import contextlib
 import itertools
 import json
 import socket
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 from wyoming.audio import AudioChunk, AudioStart, AudioStop
 from wyoming.error import Error as WyomingError
 from wyoming.event import Event
-from wyoming.info import Attribution, Describe, Info, TtsProgram, TtsVoice
+from wyoming.info import Describe, Info
 from wyoming.server import AsyncEventHandler
 from wyoming.tts import (
     Synthesize,
@@ -53,68 +52,17 @@ from wyoming.tts import (
     SynthesizeVoice,
 )
 
-from .. import __version__, logs
+from .. import logs
 from ..admission import Admission
-from ..core.config import SessionConfig
+from ..core.config import SessionConfig, SettingsUpdate
 from ..core.events import AudioFrame, Error, TurnDone
-from ..core.session import Session, SettingsUpdate
+from ..core.session import Session
 from ..driver import SessionDriver
-from ..engines import KOKORO_ENGINES
-from ..engines.piper import bundled_voice
 from ..protocol import MAX_JSON_DEPTH, too_deep
 from ..transport import TransportLimits, TransportPolicy, listening_socket
+from .wyoming_info import describe, parse_uri
 
 _WIDTH = 2  # bytes per sample: 16-bit PCM, mono
-_PIPER = Attribution(name="rhasspy", url="https://github.com/rhasspy/piper")
-_KOKORO = Attribution(name="hexgrad", url="https://huggingface.co/hexgrad/Kokoro-82M")
-_LOCALES = {"en-us": "en_US", "en": "en_GB"}
-"""Home Assistant's language codes for the espeak-ng languages Kokoro's voices speak."""
-
-
-def parse_uri(uri: str) -> tuple[str, int]:
-    """``tcp://HOST:PORT`` (the only transport served) as host and port."""
-    parts = urlsplit(uri)
-    if parts.scheme != "tcp" or parts.hostname is None or parts.port is None:
-        raise ValueError(f"Wyoming URI must be tcp://HOST:PORT, not {uri!r}")
-    return parts.hostname, parts.port
-
-
-def describe(engine: str, voices: Sequence[str], voice_file: Path | None = None) -> Info:
-    """What ``describe`` answers: one TTS program that streams, with the voices a session may
-    choose (``engine_voices``, the default first) and the language each speaks: a Kokoro
-    voice's from its name, a Piper voice's from the ``.onnx.json`` beside ``voice_file``."""
-    if engine in KOKORO_ENGINES:
-        from ..engines.kokoro.assets import language
-
-        spoken = [(name, _KOKORO, _LOCALES[language(name)]) for name in voices]
-    else:
-        path = voice_file or bundled_voice()
-        config = json.loads(path.with_name(path.name + ".json").read_text(encoding="utf-8"))
-        code = config.get("language", {}).get("code") or config.get("espeak", {}).get("voice")
-        spoken = [(voices[0], _PIPER, code or "en")]
-    return Info(
-        tts=[
-            TtsProgram(
-                name="voicews",
-                description="Realtime streaming text to speech for voice agents",
-                attribution=Attribution(name="voicews", url=""),
-                installed=True,
-                version=__version__,
-                voices=[
-                    TtsVoice(
-                        name=name,
-                        description=name,
-                        attribution=attribution,
-                        installed=True,
-                        version=None,
-                        languages=[language],
-                    )
-                    for name, attribution, language in spoken
-                ],
-                supports_synthesize_streaming=True,
-            )
-        ]
-    )
 
 
 class WyomingServer:
