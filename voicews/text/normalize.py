@@ -54,6 +54,7 @@ class StreamNormalizer:
         self._held: Token | None = None
         self._prev: Token | None = None
         self._prev_starts_sentence = True
+        self._cut = False  # the last token was cut at the hold limit: its rest is verbatim too
 
     def push(self, delta: str) -> list[Piece]:
         self._buf += delta
@@ -66,32 +67,35 @@ class StreamNormalizer:
         """End of text: everything held, read as the end of the text. Text pushed after is
         read as a new text that follows this one."""
         pieces: list[Piece] = []
-        m = _WORD.match(self._buf)
-        if m is not None:
-            self._buf = self._buf[m.end() :]
-            pieces += self._accept(split(m[1], m[2]))
+        while (token := self._complete_token(final=True)) is not None:
+            pieces += self._accept(token)
         if self._held is not None:
             pieces.append(self._read(self._held, None))
             self._held = None
         if self._buf:
             pieces.append(Piece(self._buf, self._buf))
             self._buf = ""
+        self._cut = False
         return pieces
 
-    def _complete_token(self) -> Token | None:
-        """The next token that can no longer grow: whitespace follows it, or it reached the
-        hold limit (then its first ``max_hold_chars`` characters, as written)."""
+    def _complete_token(self, final: bool = False) -> Token | None:
+        """The next token that can no longer grow: whitespace follows it, or the text ends
+        (``final``), or it reached the hold limit: then its first ``max_hold_chars``
+        characters, read as written, and so is the rest of it."""
         m = _WORD.match(self._buf)
         if m is None:
             return None
         limit = self._options.max_hold_chars
+        rest_of_cut = self._cut and not m[1]
         if len(m[2]) >= limit:
             self._buf = self._buf[m.start(2) + limit :]
+            self._cut = True
             return Token(m[1], "", m[2][:limit], "", verbatim=True)
-        if m.end() == len(self._buf):
+        if m.end() == len(self._buf) and not final:
             return None
         self._buf = self._buf[m.end() :]
-        return split(m[1], m[2])
+        self._cut = False
+        return Token(m[1], "", m[2], "", verbatim=True) if rest_of_cut else split(m[1], m[2])
 
     def _accept(self, token: Token) -> list[Piece]:
         pieces = []
