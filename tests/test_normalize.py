@@ -81,16 +81,16 @@ GOLDEN_US = [
     ("Open Mon, Wed and Fri.", "Open Monday, Wednesday and Friday."),
     ("Closed Sat, Dec 7.", "Closed Saturday, December seventh."),
     ("Closed on Sun.", "Closed on Sunday."),
-    ("At 3:30 PM.", "At three thirty PM."),
-    ("At 3:30pm.", "At three thirty PM."),
+    ("At 3:30 PM.", "At three thirty p.m."),
+    ("At 3:30pm.", "At three thirty p.m."),
     ("At 14:05.", "At fourteen oh five."),
     ("At 14:00.", "At fourteen hundred."),
     ("At 9:00.", "At nine o'clock."),
-    ("At 9:00 AM.", "At nine AM."),
-    ("At 10 a.m. on Monday.", "At ten AM on Monday."),
-    ("We meet at 3 p.m.", "We meet at three PM."),
-    ("Call at 7am.", "Call at seven AM."),
-    ("At 6:05 p.m. Then we go.", "At six oh five PM. Then we go."),
+    ("At 9:00 AM.", "At nine a.m."),
+    ("At 10 a.m. on Monday.", "At ten a.m on Monday."),
+    ("We meet at 3 p.m.", "We meet at three p.m."),
+    ("Call at 7am.", "Call at seven a.m."),
+    ("At 6:05 p.m. Then we go.", "At six oh five p.m. Then we go."),
     ("At 10:30:15.", "At ten thirty and fifteen seconds."),
     ("In 1999.", "In nineteen ninety-nine."),
     ("In 2026.", "In twenty twenty-six."),
@@ -224,7 +224,7 @@ AGENT_US = [
     "and it was charged today.",
     "You can reach our support line at five five five, one two three, four five six seven "
     "any time.",
-    "Your appointment is on December fifth, twenty twenty-six at three thirty PM.",
+    "Your appointment is on December fifth, twenty twenty-six at three thirty p.m.",
     "Order number four eight two one three ships on Tuesday, December third.",
     "It's seventy-two degrees Fahrenheit in Miami and minus five degrees Celsius in Oslo "
     "right now.",
@@ -243,14 +243,14 @@ AGENT_US = [
     "The startup raised two point five million dollars in twenty twenty-six and hired twelve "
     "engineers.",
     "Our new office is at two hundred twenty-one Baker Street near the station.",
-    "Bring a photo ID, for example a passport, and arrive by ten AM.",
+    "Bring a photo ID, for example a passport, and arrive by ten a.m.",
 ]
 AGENT_GB = [
     "Your total comes to one thousand two hundred and thirty-four dollars and fifty-six "
     "cents, and it was charged today.",
     "You can reach our support line at five five five, one two three, four five six seven "
     "any time.",
-    "Your appointment is on the twelfth of May, twenty twenty-six at three thirty PM.",
+    "Your appointment is on the twelfth of May, twenty twenty-six at three thirty p.m.",
     "Order number four eight two one three ships on Tuesday, December the third.",
     "It's seventy-two degrees Fahrenheit in Miami and minus five degrees Celsius in Oslo "
     "right now.",
@@ -269,7 +269,7 @@ AGENT_GB = [
     "The startup raised two point five million dollars in twenty twenty-six and hired twelve "
     "engineers.",
     "Our new office is at two hundred and twenty-one Baker Street near the station.",
-    "Bring a photo ID, for example a passport, and arrive by ten AM.",
+    "Bring a photo ID, for example a passport, and arrive by ten a.m.",
 ]
 
 
@@ -375,7 +375,7 @@ def test_a_word_read_by_what_follows_waits_for_it() -> None:
     assert stream.push("Ask Dr. ") == [Piece("Ask", "Ask")]
     assert stream.push("Patel ") == [Piece(" Dr.", " Doctor"), Piece(" Patel", " Patel")]
     assert stream.push("at 3 p.m.") == [Piece(" at", " at")]
-    assert stream.flush() == [Piece(" 3", " three"), Piece(" p.m.", " PM.")]
+    assert stream.flush() == [Piece(" 3", " three"), Piece(" p.m.", " p.m.")]
 
 
 def test_whitespace_belongs_to_the_token_after_it() -> None:

@@ -38,8 +38,9 @@ ABBREVIATIONS = {
 }  # fmt: skip
 """Spoken form, and whether the abbreviation can end a sentence (and keep its dot there)."""
 
-TIME_SUFFIXES = {"am": "AM", "a.m": "AM", "pm": "PM", "p.m": "PM"}
-"""After a time: "AM" and "PM" are what espeak-ng reads as letters ("a m" is "uh em")."""
+TIME_SUFFIXES = {"am": "a.m", "a.m": "a.m", "pm": "p.m", "p.m": "p.m"}
+"""After a time. espeak-ng reads "a.m" as letters in every context; "AM" before a comma or a
+full stop is the verb, and "a m" is "uh em". The dot that ends a sentence is added after."""
 
 CURRENCIES = {
     "$": ("dollar", "dollars", "cent", "cents"),
