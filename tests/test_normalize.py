@@ -4,6 +4,7 @@ digits, symbols or abbreviations left exactly alone."""
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -11,7 +12,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from normalize_cost import AGENT_TEXTS
+from piper import PiperVoice
+from piper.config import PiperConfig
 
+from voicews.engines.piper import bundled_voice
+from voicews.engines.piper_words import phonemize
 from voicews.text import NormalizeOptions, Piece, StreamNormalizer, load_lexicon, normalize
 from voicews.text.words import CONTEXT_WORDS
 
@@ -335,6 +340,27 @@ def test_any_split_into_deltas_reads_the_same(text: str, data: st.DataObject) ->
     assert_whole_tokens(pieces)
 
 
+ANY_TEXT = st.text(
+    st.sampled_from(
+        list("0123456789aAmMpPxXkKsStTdDrR .,:;/-+=&@#%$\u20ac\u00a3\u00a5\u00b0'()\n")
+    ),
+    max_size=40,
+)
+
+
+@settings(max_examples=500, deadline=None, derandomize=True)
+@given(ANY_TEXT, st.data(), st.sampled_from([None, GB]))
+def test_any_text_in_any_deltas_reads_the_same_and_keeps_every_character(
+    text: str, data: st.DataObject, options: NormalizeOptions | None
+) -> None:
+    cuts = sorted(data.draw(st.lists(st.integers(0, len(text)), max_size=6)))
+    deltas = [text[a:b] for a, b in zip([0, *cuts], [*cuts, len(text)], strict=True)]
+    pieces = streamed(deltas, options)
+    assert "".join(p.original for p in pieces) == text
+    assert "".join(p.spoken for p in pieces) == normalize(text, options)
+    assert_whole_tokens(pieces)
+
+
 PLAIN_WORDS = st.text(st.characters(categories=["L"]), min_size=1, max_size=10).filter(
     lambda w: w.lower() not in CONTEXT_WORDS
 )
@@ -418,3 +444,20 @@ def test_lexicon_file(tmp_path: Path) -> None:
     path.write_text("Nguyen win\n", encoding="utf-8")
     with pytest.raises(ValueError, match=r"lexicon.tsv:1"):
         load_lexicon(path)
+
+
+def test_espeak_reads_the_spoken_forms_as_meant() -> None:
+    """The phonemizer both engines use says the letters and words the normalizer chose:
+    "a.m" as the letters (an "AM" before a full stop is the verb), "eh" as the letter A (a
+    lone "A" is the article), and no sign is left for it to guess."""
+    model = bundled_voice()
+    config = json.loads(model.with_name(model.name + ".json").read_text(encoding="utf-8"))
+    voice = PiperVoice(session=None, config=PiperConfig.from_dict(config))  # type: ignore[arg-type]
+
+    def said(text: str) -> str:
+        return " ".join("".join(sentence) for sentence in phonemize(voice, normalize(text)))
+
+    assert said("Call at 7am, or at 10 AM.").count("e\u026a\u02c8\u025bm") == 2
+    assert said("Your code is A7X-92B.").count("\u02c8e\u026a s\u02c8\u025bv\u0259n") == 1
+    assert "h\u02c8\u00e6\u0283" not in said("Order #48213 ships.")  # not "hash"
+    assert "d\u02c8\u0251\u02d0t" in said("Mail jane.doe@example.com now.")  # "dot"
