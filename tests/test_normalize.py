@@ -194,6 +194,20 @@ GOLDEN_US = [
     ("It is 100% sure.", "It is one hundred percent sure."),
     ("Version 2.0.1 is out.", "Version two point zero point one is out."),
     ("No. 12345 is next.", "Number one two three four five is next."),
+    ("Due 01/15.", "Due January fifteenth."),
+    ("Balance is $0.00.", "Balance is zero dollars."),
+    (
+        "Meet 9:30-10:30 AM on Wed 3/4.",
+        "Meet nine thirty to ten thirty a.m on Wednesday March fourth.",
+    ),
+    ("Range 60-75°F.", "Range sixty to seventy-five degrees Fahrenheit."),
+    ("Call 911 now.", "Call nine one one now."),
+    ("Win 1st, 2nd or 3rd prize!", "Win first, second or third prize!"),
+    ("I'm 6 ft tall and weigh 180 lbs.", "I'm six feet tall and weigh one hundred eighty pounds."),
+    ("Use code SAVE20 today.", "Use code SAVE twenty today."),
+    ("We had 1.2k customers.", "We had one point two thousand customers."),
+    ("Q3 revenue rose 12%.", "Q three revenue rose twelve percent."),
+    ("Due 12/25/2026 in GB too.", "Due December twenty-fifth, twenty twenty-six in GB too."),
 ]
 GOLDEN_GB = [
     ("It costs 1,234 dollars.", "It costs one thousand two hundred and thirty-four dollars."),
@@ -208,7 +222,7 @@ GOLDEN_GB = [
     ("Due 25/12/2026.", "Due the twenty-fifth of December, twenty twenty-six."),
     ("Due 2026-12-05.", "Due the fifth of December, twenty twenty-six."),
     ("Due 2026-01-31.", "Due the thirty-first of January, twenty twenty-six."),
-    ("Due 12/25.", "Due twelve over twenty-five."),
+    ("Due 12/25.", "Due the twenty-fifth of December."),
     ("Due Dec 3rd.", "Due December the third."),
     ("Due Dec 3, 2026.", "Due December the third, twenty twenty-six."),
     ("Due Jan. 15.", "Due January the fifteenth."),
@@ -223,6 +237,16 @@ GOLDEN_GB = [
         "Meet at 221 Baker St. near the park.",
         "Meet at two hundred and twenty-one Baker Street near the park.",
     ),
+    ("Due 01/15.", "Due the fifteenth of January."),
+    (
+        "Meet 9:30-10:30 AM on Wed 3/4.",
+        "Meet nine thirty to ten thirty a.m on Wednesday the third of April.",
+    ),
+    (
+        "I'm 6 ft tall and weigh 180 lbs.",
+        "I'm six feet tall and weigh one hundred and eighty pounds.",
+    ),
+    ("Due 12/25/2026 in GB too.", "Due the twenty-fifth of December, twenty twenty-six in GB too."),
 ]
 AGENT_US = [
     "Your total comes to one thousand two hundred thirty-four dollars and fifty-six cents, "

@@ -19,6 +19,7 @@ from .numbers import (
 from .tokens import Around, Token
 from .vocabulary import (
     CURRENCIES,
+    DAYS,
     MAGNITUDES,
     MONTH_ABBREVIATIONS,
     MONTH_NAMES,
@@ -42,6 +43,9 @@ PHONE = re.compile(r"(?:\+?(\d{1,3})[-.])?(\d{3})[-.](\d{3})[-.](\d{4})|(\d{3})-
 DATE = re.compile(r"(\d{1,2})/(\d{1,2})/(\d{4}|\d{2})")
 ISO_DATE = re.compile(r"(\d{4})-(\d{2})-(\d{2})")
 TIME = re.compile(r"(\d{1,2}):(\d{2})(?::(\d{2}))?((?i:[ap]\.?m\.?))?")
+TIME_SPAN = re.compile(
+    rf"(\d{{1,2}}:\d{{2}}(?i:[ap]\.?m\.?)?){DASH}(\d{{1,2}}:\d{{2}}(?i:[ap]\.?m\.?)?)"
+)
 HOUR = re.compile(r"(\d{1,2})((?i:[ap]\.?m\.?))")
 SLASH = re.compile(r"(\d{1,3})/(\d{1,3})")
 MONEY = re.compile(
@@ -49,7 +53,7 @@ MONEY = re.compile(
     rf"(?:{DASH}[$\u20ac\u00a3\u00a5]?({NUM})({_MAGNITUDE})?)?"
 )
 MONEY_AFTER = re.compile(rf"({SIGN})({NUM})({_MAGNITUDE})?([\u20ac\u00a3])")
-AMOUNT = re.compile(rf"({SIGN})({NUM})(?:{DASH}({NUM}))?(%|{_UNIT}|[KMBT]|bn|[x\u00d7])?")
+AMOUNT = re.compile(rf"({SIGN})({NUM})(?:{DASH}({NUM}))?(%|{_UNIT}|[KMBTk]|bn|[x\u00d7])?")
 ORDINAL = re.compile(r"(\d+)(st|nd|rd|th)", re.IGNORECASE)
 DECADE = re.compile(r"(\d{2}|\d{4})s")
 HASH = re.compile(r"#([A-Za-z0-9-]+)")
@@ -83,7 +87,7 @@ def _date(core: str, token: Token, around: Around) -> str | None:
     m = DATE.fullmatch(core)
     if m is not None:
         a, b, y = int(m[1]), int(m[2]), m[3]
-        month, day = (a, b) if around.locale == "en-US" and a <= 12 else (b, a)
+        month, day = month_day(a, b, around.locale)
         full_year = int(y) if len(y) == 4 else 2000 + int(y)
     elif (m := ISO_DATE.fullmatch(core)) is not None:
         full_year, month, day = int(m[1]), int(m[2]), int(m[3])
@@ -94,6 +98,14 @@ def _date(core: str, token: Token, around: Around) -> str | None:
     return day_month(day, month, around.locale) + ", " + year(full_year, around.locale)
 
 
+def month_day(a: int, b: int, locale: Locale) -> tuple[int, int]:
+    """The month and day of a numeric date a/b: month first in en-US, day first in en-GB,
+    unless only the other order is a date (25/12 in en-US, 12/25 in en-GB)."""
+    us, gb = (a, b), (b, a)
+    first, other = (us, gb) if locale == "en-US" else (gb, us)
+    return other if first[0] > 12 and other[0] <= 12 else first
+
+
 def day_month(day: int, month: int, locale: Locale) -> str:
     """A day of a month: "December fifth" (en-US), "the fifth of December" (en-GB)."""
     if locale == "en-US":
@@ -102,6 +114,14 @@ def day_month(day: int, month: int, locale: Locale) -> str:
 
 
 def _time(core: str, token: Token, around: Around) -> str | None:
+    """3:30 PM, 14:05, 7am, and a span of them (9:30-10:30)."""
+    if (m := TIME_SPAN.fullmatch(core)) is not None:
+        start, end = clock(m[1], around, spanned=True), clock(m[2], around)
+        return None if start is None or end is None else f"{start} to {end}"
+    return clock(core, around)
+
+
+def clock(core: str, around: Around, spanned: bool = False) -> str | None:
     m = TIME.fullmatch(core)
     if m is None:
         m = HOUR.fullmatch(core)
@@ -112,7 +132,7 @@ def _time(core: str, token: Token, around: Around) -> str | None:
     if hour > 24 or minute > 59:
         return None
     suffix = _suffix(m[4]) if m[4] else ""
-    later = around.next is not None and around.next.core.lower() in TIME_SUFFIXES
+    later = spanned or (around.next is not None and around.next.core.lower() in TIME_SUFFIXES)
     if minute == 0:
         if suffix or later:
             words = cardinal(hour)
@@ -141,12 +161,13 @@ def _slash(core: str, token: Token, around: Around) -> str | None:
     a, b = int(m[1]), int(m[2])
     prev = around.prev
     mixed = prev is not None and not prev.trail and PLAIN_INT.fullmatch(prev.core) is not None
-    if b and (a < b <= 10 or b in (16, 32, 64, 100) or mixed):
+    dated = prev is not None and prev.core.lower() in DAYS
+    if b and not dated and (a < b <= 10 or b in (16, 32, 64, 100) or mixed):
         words = fraction(a, b, around.locale)
         if mixed:
             return "and " + (words.replace("one ", "a ", 1) if a == 1 else words)
         return words
-    month, day = (a, b) if around.locale == "en-US" else (b, a)
+    month, day = month_day(a, b, around.locale)
     if 1 <= month <= 12 and 1 <= day <= 31:
         return day_month(day, month, around.locale)
     return f"{cardinal(a, around.locale)} over {cardinal(b, around.locale)}"
@@ -259,7 +280,7 @@ def _integer(text: str, token: Token, around: Around) -> str:
     prev_word = prev.core.lower() if prev is not None else ""
     if len(text) > 1 and text.startswith("0"):
         return digits(text)
-    if len(text) >= 4 and prev_word in ORDER_CUES:
+    if (len(text) >= 4 and prev_word in ORDER_CUES) or prev_word in ("call", "dial"):
         return digits(text)
     if (
         token.lead.endswith("(")

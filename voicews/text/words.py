@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 
 from .numbers import digits, quantity
-from .numeric import AMOUNT, PLAIN_INT, TIME
+from .numeric import AMOUNT, PLAIN_INT, TIME, TIME_SPAN
 from .tokens import Around, Token, abbreviation_trail
 from .vocabulary import (
     ABBREVIATIONS,
@@ -83,7 +83,9 @@ def _after_number(token: Token, around: Around) -> str | None:
     if prev is None or prev.trail:
         return None
     if lower in TIME_SUFFIXES and (
-        TIME.fullmatch(prev.core) or (PLAIN_INT.fullmatch(prev.core) and 1 <= int(prev.core) <= 12)
+        TIME.fullmatch(prev.core)
+        or TIME_SPAN.fullmatch(prev.core)
+        or (PLAIN_INT.fullmatch(prev.core) and 1 <= int(prev.core) <= 12)
     ):
         trail = abbreviation_trail(token, around) if "." in lower else token.trail
         return TIME_SUFFIXES[lower] + trail
