@@ -208,6 +208,10 @@ GOLDEN_US = [
     ("We had 1.2k customers.", "We had one point two thousand customers."),
     ("Q3 revenue rose 12%.", "Q three revenue rose twelve percent."),
     ("Due 12/25/2026 in GB too.", "Due December twenty-fifth, twenty twenty-six in GB too."),
+    (
+        "We march 3 miles on May 5 and 3 March.",
+        "We march three miles on May fifth and the third of March.",
+    ),
 ]
 GOLDEN_GB = [
     ("It costs 1,234 dollars.", "It costs one thousand two hundred and thirty-four dollars."),
@@ -247,6 +251,10 @@ GOLDEN_GB = [
         "I'm six feet tall and weigh one hundred and eighty pounds.",
     ),
     ("Due 12/25/2026 in GB too.", "Due the twenty-fifth of December, twenty twenty-six in GB too."),
+    (
+        "We march 3 miles on May 5 and 3 March.",
+        "We march three miles on May the fifth and the third of March.",
+    ),
 ]
 AGENT_US = [
     "Your total comes to one thousand two hundred thirty-four dollars and fifty-six cents, "

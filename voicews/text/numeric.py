@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 
+from .dates import DASH, day_month, is_month, month_day, read_date, read_time
 from .numbers import (
     Locale,
     cardinal,
@@ -21,12 +22,8 @@ from .vocabulary import (
     CURRENCIES,
     DAYS,
     MAGNITUDES,
-    MONTH_ABBREVIATIONS,
-    MONTH_NAMES,
-    MONTHS,
     ORDER_CUES,
     SIGNS,
-    TIME_SUFFIXES,
     UNITS,
     YEAR_CUES,
     spell,
@@ -35,18 +32,10 @@ from .vocabulary import (
 
 NUM = r"\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d+(?:\.\d+)?|\.\d+"
 SIGN = r"[-\u2212+]?"
-DASH = r"[-\u2013]"
 _UNIT = "|".join(sorted((re.escape(u) for u in UNITS), key=len, reverse=True))
 _MAGNITUDE = "|".join(sorted(MAGNITUDES, key=len, reverse=True))
 
 PHONE = re.compile(r"(?:\+?(\d{1,3})[-.])?(\d{3})[-.](\d{3})[-.](\d{4})|(\d{3})-(\d{4})")
-DATE = re.compile(r"(\d{1,2})/(\d{1,2})/(\d{4}|\d{2})")
-ISO_DATE = re.compile(r"(\d{4})-(\d{2})-(\d{2})")
-TIME = re.compile(r"(\d{1,2}):(\d{2})(?::(\d{2}))?((?i:[ap]\.?m\.?))?")
-TIME_SPAN = re.compile(
-    rf"(\d{{1,2}}:\d{{2}}(?i:[ap]\.?m\.?)?){DASH}(\d{{1,2}}:\d{{2}}(?i:[ap]\.?m\.?)?)"
-)
-HOUR = re.compile(r"(\d{1,2})((?i:[ap]\.?m\.?))")
 SLASH = re.compile(r"(\d{1,3})/(\d{1,3})")
 MONEY = re.compile(
     rf"({SIGN})([$\u20ac\u00a3\u00a5])({NUM})({_MAGNITUDE})?"
@@ -81,74 +70,6 @@ def _phone(core: str, token: Token, around: Around) -> str | None:
     plus = "plus " if core.startswith("+") else ""
     country = f"{plus}{digits(m[1])}, " if m[1] else ""
     return country + ", ".join(digits(g) for g in m.groups()[1:] if g)
-
-
-def _date(core: str, token: Token, around: Around) -> str | None:
-    m = DATE.fullmatch(core)
-    if m is not None:
-        a, b, y = int(m[1]), int(m[2]), m[3]
-        month, day = month_day(a, b, around.locale)
-        full_year = int(y) if len(y) == 4 else 2000 + int(y)
-    elif (m := ISO_DATE.fullmatch(core)) is not None:
-        full_year, month, day = int(m[1]), int(m[2]), int(m[3])
-    else:
-        return None
-    if not (1 <= month <= 12 and 1 <= day <= 31):
-        return None
-    return day_month(day, month, around.locale) + ", " + year(full_year, around.locale)
-
-
-def month_day(a: int, b: int, locale: Locale) -> tuple[int, int]:
-    """The month and day of a numeric date a/b: month first in en-US, day first in en-GB,
-    unless only the other order is a date (25/12 in en-US, 12/25 in en-GB)."""
-    us, gb = (a, b), (b, a)
-    first, other = (us, gb) if locale == "en-US" else (gb, us)
-    return other if first[0] > 12 and other[0] <= 12 else first
-
-
-def day_month(day: int, month: int, locale: Locale) -> str:
-    """A day of a month: "December fifth" (en-US), "the fifth of December" (en-GB)."""
-    if locale == "en-US":
-        return f"{MONTHS[month - 1]} {ordinal(day, locale)}"
-    return f"the {ordinal(day, locale)} of {MONTHS[month - 1]}"
-
-
-def _time(core: str, token: Token, around: Around) -> str | None:
-    """3:30 PM, 14:05, 7am, and a span of them (9:30-10:30)."""
-    if (m := TIME_SPAN.fullmatch(core)) is not None:
-        start, end = clock(m[1], around, spanned=True), clock(m[2], around)
-        return None if start is None or end is None else f"{start} to {end}"
-    return clock(core, around)
-
-
-def clock(core: str, around: Around, spanned: bool = False) -> str | None:
-    m = TIME.fullmatch(core)
-    if m is None:
-        m = HOUR.fullmatch(core)
-        if m is None or not 1 <= int(m[1]) <= 12:
-            return None
-        return f"{cardinal(int(m[1]))} {_suffix(m[2])}"
-    hour, minute = int(m[1]), int(m[2])
-    if hour > 24 or minute > 59:
-        return None
-    suffix = _suffix(m[4]) if m[4] else ""
-    later = spanned or (around.next is not None and around.next.core.lower() in TIME_SUFFIXES)
-    if minute == 0:
-        if suffix or later:
-            words = cardinal(hour)
-        else:
-            words = cardinal(hour) + (" o'clock" if hour <= 12 else " hundred")
-    elif minute < 10:
-        words = f"{cardinal(hour)} oh {cardinal(minute)}"
-    else:
-        words = f"{cardinal(hour)} {cardinal(minute)}"
-    if m[3] and int(m[3]):
-        words += f" and {cardinal(int(m[3]))} seconds"
-    return f"{words} {suffix}" if suffix else words
-
-
-def _suffix(text: str) -> str:
-    return TIME_SUFFIXES[text.lower().rstrip(".")]
 
 
 def _slash(core: str, token: Token, around: Around) -> str | None:
@@ -219,7 +140,7 @@ def _ordinal(core: str, token: Token, around: Around) -> str | None:
     if m is None:
         return None
     words = ordinal(int(m[1]), around.locale)
-    if _is_month(around.next) or (around.locale == "en-GB" and _is_month(around.prev)):
+    if is_month(around.next) or (around.locale == "en-GB" and is_month(around.prev)):
         return "the " + words
     return words
 
@@ -289,9 +210,9 @@ def _integer(text: str, token: Token, around: Around) -> str:
         and (nxt is not None and PHONE_TAIL.fullmatch(nxt.core))
     ):
         return digits(text)
-    if 1 <= n <= 31 and _is_month(nxt):
+    if 1 <= n <= 31 and is_month(nxt):
         return "the " + ordinal(n, locale)
-    if 1 <= n <= 31 and _is_month(prev) and prev is not None and prev.trail in ("", "."):
+    if 1 <= n <= 31 and is_month(prev) and prev is not None and prev.trail in ("", "."):
         return ("" if locale == "en-US" else "the ") + ordinal(n, locale)
     if len(text) == 4 and 1100 <= n <= 2099 and _year_expected(token, around):
         return year(n, locale)
@@ -304,17 +225,10 @@ def _year_expected(token: Token, around: Around) -> bool:
         return True
     return (
         prev.core.lower() in YEAR_CUES
-        or _is_month(prev)
+        or is_month(prev)
         or bool(prev.trail and prev.core[:1].isdigit())
         or (around.next is None or bool(token.trail))
     )
-
-
-def _is_month(token: Token | None) -> bool:
-    if token is None:
-        return False
-    word = token.core.lower()
-    return word in MONTH_NAMES or (word in MONTH_ABBREVIATIONS and token.core[:1].isupper())
 
 
 def _code(core: str, token: Token, around: Around) -> str | None:
@@ -360,8 +274,8 @@ def _fallback(core: str, token: Token, around: Around) -> str | None:
 Reader = Callable[[str, Token, Around], str | None]
 READERS: tuple[Reader, ...] = (
     _phone,
-    _date,
-    _time,
+    read_date,
+    read_time,
     _slash,
     _money,
     _ordinal,

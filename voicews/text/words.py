@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import re
 
+from .dates import TIME, TIME_SPAN, is_month
 from .numbers import digits, quantity
-from .numeric import AMOUNT, PLAIN_INT, TIME, TIME_SPAN
+from .numeric import AMOUNT, PLAIN_INT
 from .tokens import Around, Token, abbreviation_trail
 from .vocabulary import (
     ABBREVIATIONS,
@@ -91,7 +92,7 @@ def _after_number(token: Token, around: Around) -> str | None:
         return TIME_SUFFIXES[lower] + trail
     if core in UNITS and (m := AMOUNT.fullmatch(prev.core)) and m[4] is None:
         return unit(core, quantity(m[3] or m[2]), around.locale) + token.trail
-    if lower in MONTH_NAMES and _day_number(prev):
+    if is_month(token) and lower in MONTH_NAMES and _day_number(prev):
         return "of " + core + token.trail
     return None
 
