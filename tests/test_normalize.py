@@ -493,3 +493,11 @@ def test_espeak_reads_the_spoken_forms_as_meant() -> None:
     assert said("Your code is A7X-92B.").count("\u02c8e\u026a s\u02c8\u025bv\u0259n") == 1
     assert "h\u02c8\u00e6\u0283" not in said("Order #48213 ships.")  # not "hash"
     assert "d\u02c8\u0251\u02d0t" in said("Mail jane.doe@example.com now.")  # "dot"
+
+
+def test_a_megabyte_without_whitespace_is_cut_into_pieces_read_as_written() -> None:
+    """Hostile text costs linear time: no character is scanned again for each cut."""
+    pieces = streamed(["x" * 1_000_000, " $5"])
+    assert len(pieces) == 1_000_000 // 80 + 1
+    assert all(p.original == p.spoken == "x" * 80 for p in pieces[:-1])
+    assert pieces[-1] == Piece(" $5", " five dollars")

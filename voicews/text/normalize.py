@@ -23,7 +23,8 @@ MAX_HOLD_CHARS = 80
 """A URL or email of up to this many characters is read whole; a longer run of non-space
 characters is cut here and read as it stands (a base64 blob is not worth holding back)."""
 
-_WORD = re.compile(r"(\s*)(\S+)")
+_NON_SPACE = re.compile(r"\S")
+_SPACE = re.compile(r"\s")
 _TIME_DOT = re.compile(r"(?i).*\d[ap]\.m")
 
 
@@ -51,6 +52,8 @@ class StreamNormalizer:
         self._options = options or NormalizeOptions()
         self._lexicon = {k.lower(): v for k, v in self._options.lexicon.items()}
         self._buf = ""
+        self._start = 0  # where the uncommitted text starts in _buf
+        self._spaces = 0  # whitespace known to follow _start (not scanned again)
         self._held: Token | None = None
         self._prev: Token | None = None
         self._prev_starts_sentence = True
@@ -61,6 +64,7 @@ class StreamNormalizer:
         pieces: list[Piece] = []
         while (token := self._complete_token()) is not None:
             pieces += self._accept(token)
+        self._buf, self._start = self._buf[self._start :], 0
         return pieces
 
     def flush(self) -> list[Piece]:
@@ -72,30 +76,34 @@ class StreamNormalizer:
         if self._held is not None:
             pieces.append(self._read(self._held, None))
             self._held = None
-        if self._buf:
-            pieces.append(Piece(self._buf, self._buf))
-            self._buf = ""
-        self._cut = False
+        rest = self._buf[self._start :]
+        if rest:
+            pieces.append(Piece(rest, rest))
+        self._buf, self._start, self._spaces, self._cut = "", 0, 0, False
         return pieces
 
     def _complete_token(self, final: bool = False) -> Token | None:
         """The next token that can no longer grow: whitespace follows it, or the text ends
         (``final``), or it reached the hold limit: then its first ``max_hold_chars``
-        characters, read as written, and so is the rest of it."""
-        m = _WORD.match(self._buf)
-        if m is None:
+        characters, read as written, and so is the rest of it. Each character is scanned a
+        bounded number of times, however the text is split."""
+        first = _NON_SPACE.search(self._buf, self._start + self._spaces)
+        if first is None:
+            self._spaces = len(self._buf) - self._start
             return None
-        limit = self._options.max_hold_chars
-        rest_of_cut = self._cut and not m[1]
-        if len(m[2]) >= limit:
-            self._buf = self._buf[m.start(2) + limit :]
-            self._cut = True
-            return Token(m[1], "", m[2][:limit], "", verbatim=True)
-        if m.end() == len(self._buf) and not final:
+        start, limit = first.start(), self._options.max_hold_chars
+        after = _SPACE.search(self._buf, start, start + limit)
+        end = after.start() if after is not None else min(len(self._buf), start + limit)
+        if end - start < limit and after is None and not final:
+            self._spaces = start - self._start
             return None
-        self._buf = self._buf[m.end() :]
-        self._cut = False
-        return Token(m[1], "", m[2], "", verbatim=True) if rest_of_cut else split(m[1], m[2])
+        space, word = self._buf[self._start : start], self._buf[start:end]
+        rest_of_cut = self._cut and not space
+        self._cut = end - start == limit and after is None
+        self._start, self._spaces = end, 0
+        if self._cut or rest_of_cut:
+            return Token(space, "", word, "", verbatim=True)
+        return split(space, word)
 
     def _accept(self, token: Token) -> list[Piece]:
         pieces = []

@@ -38,7 +38,6 @@ URL = re.compile(
 URL_PATH_SEGMENTS = 3
 """A person reads a link's host and the start of its path, not its query string."""
 PARTS = re.compile(r"\d+|[^\W\d_]+|\S")
-SYMBOL_CHARS = frozenset(SYMBOLS) | {"/", ":", "\u00b0"}
 
 
 def waits_for_next(token: Token) -> bool:
@@ -57,7 +56,7 @@ def read(token: Token, around: Around) -> str | None:
         return token.lead + spoken
     if lower in CONTEXT_WORDS and (spoken := _abbreviation(token, around)) is not None:
         return token.lead + spoken
-    if not any(c in SYMBOL_CHARS or c == "." for c in core):
+    if not any(c in SYMBOLS for c in core):
         return None
     if core in SYMBOLS:
         return token.lead + SYMBOLS[core] + token.trail
