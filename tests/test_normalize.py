@@ -78,13 +78,13 @@ GOLDEN_US = [
     ("Due 2026-01-31.", "Due January thirty-first, twenty twenty-six."),
     ("Due 12/25.", "Due December twenty-fifth."),
     ("Due Dec 3rd.", "Due December third."),
-    ("Due Dec 3, 2026.", "Due December third, twenty twenty-six."),
-    ("Due 3 Dec 2026.", "Due the third of December twenty twenty-six."),
+    ("Due Dec 3, 2026.", "Due December three, twenty twenty-six."),
+    ("Due 3 Dec 2026.", "Due three of December twenty twenty-six."),
     ("Due 3rd December.", "Due the third of December."),
-    ("Due Jan. 15.", "Due January fifteenth."),
+    ("Due Jan. 15.", "Due January fifteen."),
     ("Due Tue, Dec 3rd.", "Due Tuesday, December third."),
     ("Open Mon, Wed and Fri.", "Open Monday, Wednesday and Friday."),
-    ("Closed Sat, Dec 7.", "Closed Saturday, December seventh."),
+    ("Closed Sat, Dec 7.", "Closed Saturday, December seven."),
     ("Closed on Sun.", "Closed on Sunday."),
     ("At 3:30 PM.", "At three thirty p.m."),
     ("At 3:30pm.", "At three thirty p.m."),
@@ -210,8 +210,13 @@ GOLDEN_US = [
     ("Due 12/25/2026 in GB too.", "Due December twenty-fifth, twenty twenty-six in GB too."),
     (
         "We march 3 miles on May 5 and 3 March.",
-        "We march three miles on May fifth and the third of March.",
+        "We march three miles on May five and three of March.",
     ),
+    ("A 24-hour line and a 30-day trial.", "A twenty-four hour line and a thirty day trial."),
+    ("Book a 1-on-1 call.", "Book a one on one call."),
+    ("A 5-km run.", "A five kilometer run."),
+    ("Open 3-4pm or 9am-5pm.", "Open three to four p.m or nine a.m to five p.m."),
+    ("Open 9:30-10:30 daily.", "Open nine thirty to ten thirty daily."),
 ]
 GOLDEN_GB = [
     ("It costs 1,234 dollars.", "It costs one thousand two hundred and thirty-four dollars."),
@@ -228,10 +233,7 @@ GOLDEN_GB = [
     ("Due 2026-01-31.", "Due the thirty-first of January, twenty twenty-six."),
     ("Due 12/25.", "Due the twenty-fifth of December."),
     ("Due Dec 3rd.", "Due December the third."),
-    ("Due Dec 3, 2026.", "Due December the third, twenty twenty-six."),
-    ("Due Jan. 15.", "Due January the fifteenth."),
     ("Due Tue, Dec 3rd.", "Due Tuesday, December the third."),
-    ("Closed Sat, Dec 7.", "Closed Saturday, December the seventh."),
     ("In 2005.", "In two thousand and five."),
     ("Drive 300 km.", "Drive three hundred kilometres."),
     ("Drive 1 km.", "Drive one kilometre."),
@@ -251,10 +253,7 @@ GOLDEN_GB = [
         "I'm six feet tall and weigh one hundred and eighty pounds.",
     ),
     ("Due 12/25/2026 in GB too.", "Due the twenty-fifth of December, twenty twenty-six in GB too."),
-    (
-        "We march 3 miles on May 5 and 3 March.",
-        "We march three miles on May the fifth and the third of March.",
-    ),
+    ("A 5-km run.", "A five kilometre run."),
 ]
 AGENT_US = [
     "Your total comes to one thousand two hundred thirty-four dollars and fifty-six cents, "

@@ -13,9 +13,8 @@ DASH = r"[-\u2013]"
 DATE = re.compile(r"(\d{1,2})/(\d{1,2})/(\d{4}|\d{2})")
 ISO_DATE = re.compile(r"(\d{4})-(\d{2})-(\d{2})")
 TIME = re.compile(r"(\d{1,2}):(\d{2})(?::(\d{2}))?((?i:[ap]\.?m\.?))?")
-TIME_SPAN = re.compile(
-    rf"(\d{{1,2}}:\d{{2}}(?i:[ap]\.?m\.?)?){DASH}(\d{{1,2}}:\d{{2}}(?i:[ap]\.?m\.?)?)"
-)
+_CLOCK = r"\d{1,2}(?::\d{2}(?::\d{2})?)?(?i:[ap]\.?m\.?)?"
+TIME_SPAN = re.compile(rf"({_CLOCK}){DASH}({_CLOCK})")
 HOUR = re.compile(r"(\d{1,2})((?i:[ap]\.?m\.?))")
 
 
@@ -50,14 +49,18 @@ def day_month(day: int, month: int, locale: Locale) -> str:
 
 
 def read_time(core: str, token: Token, around: Around) -> str | None:
-    """3:30 PM, 14:05, 7am, and a span of them (9:30-10:30)."""
-    if (m := TIME_SPAN.fullmatch(core)) is not None:
+    """3:30 PM, 14:05, 7am, and a span of them (9:30-10:30, 3-4pm, 9am-5pm; 5-10 is a
+    range of numbers)."""
+    if (m := TIME_SPAN.fullmatch(core)) is not None and not (m[1].isdigit() and m[2].isdigit()):
         start, end = clock(m[1], around, spanned=True), clock(m[2], around)
         return None if start is None or end is None else f"{start} to {end}"
     return clock(core, around)
 
 
 def clock(core: str, around: Around, spanned: bool = False) -> str | None:
+    """One time of day; in a span, a bare hour too (the 3 of 3-4pm)."""
+    if core.isdigit():
+        return cardinal(int(core)) if int(core) <= 24 else None
     m = TIME.fullmatch(core)
     if m is None:
         m = HOUR.fullmatch(core)

@@ -231,6 +231,22 @@ def _year_expected(token: Token, around: Around) -> bool:
     )
 
 
+def _hyphenated(core: str, token: Token, around: Around) -> str | None:
+    """Numbers joined to words: "24-hour", "1-on-1", "5-km" (a unit, singular: "a five
+    kilometer run")."""
+    parts = core.split("-")
+    if len(parts) < 2 or not all(p.isdigit() or (p.isalpha() and not p.isupper()) for p in parts):
+        return None
+    return " ".join(
+        cardinal(int(p), around.locale)
+        if p.isdigit()
+        else unit(p, 1, around.locale)
+        if p in UNITS
+        else p
+        for p in parts
+    )
+
+
 def _code(core: str, token: Token, around: Around) -> str | None:
     if CODE.fullmatch(core) is None:
         return None
@@ -282,6 +298,7 @@ READERS: tuple[Reader, ...] = (
     _decade,
     _hash,
     _amount,
+    _hyphenated,
     _code,
     _fallback,
 )
