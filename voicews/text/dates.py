@@ -52,15 +52,19 @@ def read_time(core: str, token: Token, around: Around) -> str | None:
     """3:30 PM, 14:05, 7am, and a span of them (9:30-10:30, 3-4pm, 9am-5pm; 5-10 is a
     range of numbers)."""
     if (m := TIME_SPAN.fullmatch(core)) is not None and not (m[1].isdigit() and m[2].isdigit()):
-        start, end = clock(m[1], around, spanned=True), clock(m[2], around)
+        start, end = _clock_or_hour(m[1], around), _clock_or_hour(m[2], around)
         return None if start is None or end is None else f"{start} to {end}"
     return clock(core, around)
 
 
-def clock(core: str, around: Around, spanned: bool = False) -> str | None:
-    """One time of day; in a span, a bare hour too (the 3 of 3-4pm)."""
+def _clock_or_hour(core: str, around: Around) -> str | None:
+    """A span's end: a time, or a bare hour (the 3 of 3-4pm)."""
     if core.isdigit():
         return cardinal(int(core)) if int(core) <= 24 else None
+    return clock(core, around, spanned=True)
+
+
+def clock(core: str, around: Around, spanned: bool = False) -> str | None:
     m = TIME.fullmatch(core)
     if m is None:
         m = HOUR.fullmatch(core)
