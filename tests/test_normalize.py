@@ -507,3 +507,13 @@ def test_a_megabyte_without_whitespace_is_cut_into_pieces_read_as_written() -> N
     assert len(pieces) == 1_000_000 // 80 + 1
     assert all(p.original == p.spoken == "x" * 80 for p in pieces[:-1])
     assert pieces[-1] == Piece(" $5", " five dollars")
+
+
+def test_text_pushed_after_a_flush_follows_what_was_flushed() -> None:
+    """A pause long enough to speak what is held: the held token is read as the text's end,
+    and what comes after still reads by what came before it."""
+    stream = StreamNormalizer()
+    assert stream.push("Call at 3") == [Piece("Call", "Call"), Piece(" at", " at")]
+    assert stream.flush() == [Piece(" 3", " three")]
+    assert stream.push(" pm today. ") == [Piece(" pm", " p.m"), Piece(" today.", " today.")]
+    assert stream.flush() == [Piece(" ", " ")]
