@@ -59,6 +59,14 @@ SCENARIOS: dict[str, tuple[str, str]] = {
         "bench.engines.mlx_kokoro",
         "the mlx-kokoro engine per component, beside the onnxruntime engine",
     ),
+    "normalize_cost": (
+        "bench.text.normalize_cost",
+        "the text normalizer's added cost per segment, beside gruut and NeMo where installed",
+    ),
+    "normalize_heard": (
+        "bench.text.normalize_heard",
+        "agent text as heard (Piper, then Whisper) before and after normalizing",
+    ),
     "attacks": (
         "bench.hostile.attacks",
         "a calm session beside each hostile client, against another checkout, peak memory",
