@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from normalize_cost import AGENT_TEXTS
 from piper import PiperVoice
 from piper.config import PiperConfig
 
+from bench.text.normalize_cost import AGENT_TEXTS
 from voicews.engines.piper import bundled_voice
 from voicews.engines.piper_words import phonemize
 from voicews.text import NormalizeOptions, Piece, StreamNormalizer, load_lexicon, normalize
@@ -517,3 +517,11 @@ def test_text_pushed_after_a_flush_follows_what_was_flushed() -> None:
     assert stream.flush() == [Piece(" 3", " three")]
     assert stream.push(" pm today. ") == [Piece(" pm", " p.m"), Piece(" today.", " today.")]
     assert stream.flush() == [Piece(" ", " ")]
+
+
+def test_digits_that_are_not_decimal_are_left_as_written() -> None:
+    """Superscripts and subscripts are digits to ``str.isdigit`` but not numbers to ``int``
+    (found by the session fuzzer): left alone; other scripts' decimal digits are read."""
+    assert normalize("x² + 1") == "x² plus one"
+    assert normalize("H₂O and ²") == "H₂O and ²"
+    assert normalize("٣٤ apples") == "thirty-four apples"

@@ -12,12 +12,14 @@ import sys
 import threading
 from collections.abc import AsyncIterator
 from dataclasses import replace
+from pathlib import Path
 
 from .access import TOKENS_ENV, AccessPolicy, load_tokens
 from .client import RealtimeClient
 from .engines import BUNDLED_VOICE, ENGINES, engine_voices
 from .protocol import REALTIME_PATH
 from .server import ServerConfig, VoicewsServer
+from .text.normalize import NormalizeOptions, load_lexicon
 
 DEFAULTS = ServerConfig()
 """Every default of ``voicews serve`` is the config's; ``voicews say`` speaks to it."""
@@ -42,6 +44,17 @@ def parser() -> argparse.ArgumentParser:
         help="inferences piper or kokoro runs side by side (default: one per core)",
     )
     serve.add_argument("--idle-flush-ms", type=int, default=DEFAULTS.session.idle_flush_ms)
+    serve.add_argument(
+        "--locale",
+        choices=("en-US", "en-GB"),
+        default=DEFAULTS.session.reading.locale,
+        help="how numbers, dates and money are read (a session may choose the other)",
+    )
+    serve.add_argument(
+        "--lexicon",
+        metavar="FILE",
+        help="words read your way: one 'word<TAB>spoken form' a line (brand and people's names)",
+    )
     serve.add_argument("--max-sessions", type=int, default=DEFAULTS.max_sessions)
     serve.add_argument(
         "--token-file", help=f"bearer tokens, one per line (also ${TOKENS_ENV}, comma-separated)"
@@ -122,7 +135,14 @@ def serve_config(args: argparse.Namespace) -> ServerConfig:
         max_connections=args.max_connections,
         agent_model=_agent_model(args.agent_model),
         wyoming_uri=args.wyoming_uri,
-        session=replace(DEFAULTS.session, idle_flush_ms=args.idle_flush_ms),
+        session=replace(
+            DEFAULTS.session,
+            idle_flush_ms=args.idle_flush_ms,
+            reading=NormalizeOptions(
+                locale=args.locale,
+                lexicon=load_lexicon(Path(args.lexicon)) if args.lexicon else {},
+            ),
+        ),
         access=AccessPolicy(
             tokens=load_tokens(args.token_file), allowed_origins=frozenset(args.allow_origin)
         ),
@@ -143,12 +163,13 @@ def main(argv: list[str] | None = None) -> None:
     if args.command == "serve":
         try:
             engine_voices(args.engine, args.voice)
-        except ValueError as exc:
+            config = serve_config(args)
+        except (ValueError, OSError) as exc:  # a voice, or a lexicon file, that will not do
             cli.error(f"serve: {exc}")
         logging.basicConfig(
             level=args.log_level, format="%(asctime)s level=%(levelname)s %(message)s"
         )
-        asyncio.run(_serve(serve_config(args)))
+        asyncio.run(_serve(config))
     else:
         sys.exit(asyncio.run(_say(args)))
 

@@ -2,12 +2,21 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Literal
 
 from ..audio import StitchConfig
 from ..encoding import Encoding
+from ..engines.base import SynthesisOptions
+from ..text.normalize import NormalizeOptions
+from ..text.numbers import Locale
 from ..text.segmenter import SegmenterConfig
 from .conversation import AgentConfig
+
+Normalization = Literal["auto", "off"]
+"""``auto``: agent text read the way a person would say it (``voicews.text``); ``off``: as
+written, the phonemizer guessing."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,12 +43,14 @@ class SessionConfig:
     agent: AgentConfig | None = None
     voices: tuple[str, ...] = ()
     """The engine's voices (``engines.engine_voices``), the default first."""
+    reading: NormalizeOptions = field(default_factory=NormalizeOptions)
+    """How text is read by default: the locale, and the server's lexicon (``--lexicon``)."""
 
 
 @dataclass(frozen=True, slots=True)
 class SettingsUpdate:
-    """Voice options from the next segment, the output format from the next turn; a field
-    left None keeps its value."""
+    """Voice options and reading from the next segment, the output format from the next turn;
+    a field left None keeps its value."""
 
     speed: float | None = None
     voice: str | None = None
@@ -47,3 +58,17 @@ class SettingsUpdate:
     overlap_frames: int | None = None
     sample_rate: int | None = None
     format: Encoding | None = None
+    normalization: Normalization | None = None
+    locale: Locale | None = None
+    lexicon: Mapping[str, str] | None = None
+    """The session's own words (word -> spoken form), over the server's; replaces the
+    session's earlier ones."""
+
+
+@dataclass(frozen=True, slots=True)
+class Speaking:
+    """How a session's next segment is spoken: the engine's options, and how its text is
+    read (None: as written)."""
+
+    options: SynthesisOptions
+    reading: NormalizeOptions | None

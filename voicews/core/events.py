@@ -10,6 +10,8 @@ from dataclasses import dataclass
 
 from ..encoding import OutputFormat
 from ..errors import CloseCode
+from ..text.numbers import Locale
+from .config import Normalization
 
 
 @dataclass(frozen=True, slots=True)
@@ -22,6 +24,8 @@ class SessionUpdated:
     voice: str | None = None
     live_turn_id: str | None = None
     """The turn live when the update came: it keeps the format it started with."""
+    normalization: Normalization = "auto"
+    locale: Locale = "en-US"
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,6 +53,8 @@ class SegmentStarted:
     turn_id: str
     text: str
     start_sample: int
+    spoken: str | None = None
+    """What was synthesized for ``text``, where normalization read it otherwise."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,10 +13,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
 from ..audio import Audio
-from ..engines.base import SynthesisOptions
 from ..errors import ErrorCode, VoicewsError
+from ..text.reading import read
 from ..text.segmenter import Fit, Segment, Urgency, speakable, spoken_length
-from .config import SessionConfig
+from .config import SessionConfig, Speaking
 from .events import AudioFrame, ReplyDelta, TurnDone
 from .jobs import GenerationRequest, JobBook, SynthesisRequest
 from .outbox import Outbox
@@ -63,14 +63,14 @@ class TurnPipeline:
         self,
         turn: Turn,
         shared: Shared,
-        options: Callable[[], SynthesisOptions],
+        speaking: Callable[[], Speaking],
         ended: Ended,
         report: Callable[[VoicewsError], None],
     ) -> None:
-        """``options``: the voice options in force when a segment is asked for."""
+        """``speaking``: the voice options and reading in force when a segment is asked for."""
         self.turn = turn
         self._shared = shared
-        self._options = options
+        self._speaking = speaking
         self._ended = ended
         self._report = report
 
@@ -115,8 +115,14 @@ class TurnPipeline:
 
     def on_words(self, job_id: int, starts: Sequence[int]) -> None:
         """The engine placed the segment's words: tell the client, and keep them, so a cut
-        turn's ``heard_text`` ends at the last word that had started playing."""
+        turn's ``heard_text`` ends at the last word that had started playing. Words read
+        otherwise are placed as written: each where its spoken form starts."""
         job = self._synthesis(job_id)
+        if job is not None and job.reading is not None:
+            written = job.reading.written_starts(starts)
+            if written is None:
+                return  # the engine miscounted: the segment stays one unit
+            starts = written
         if job is not None and job.trial:
             job.held_words = starts
         elif job is not None and (words := self.turn.track.place_words(starts)) is not None:
@@ -202,7 +208,7 @@ class TurnPipeline:
             return
         if not self._shared.outbox.full:
             pacing = self._shared.pacing
-            first_chars = pacing.first_chars(self._options().speed)
+            first_chars = pacing.first_chars(self._speaking().options.speed)
             urgency, fit = self._urgency(now)
             segment = turn.segmenter.next_segment(urgency, first_chars, fit)
             if segment is not None:
@@ -243,7 +249,7 @@ class TurnPipeline:
             self.pump(now)
             return
         job.trial = False
-        turn.track.begin(job.segment.text)
+        turn.track.begin(job.segment.text, job.reading.spoken if job.reading else None)
         for audio in job.held:
             shared.outbox.extend(turn.track.push(audio))
         job.held = []
@@ -256,20 +262,23 @@ class TurnPipeline:
         turn, jobs = self.turn, self._shared.jobs
         first = not turn.first_submitted
         end = turn.listener.end
-        options = self._options()
+        speaking = self._speaking()
+        options = speaking.options
+        reading = None if speaking.reading is None else read(segment.text, speaking.reading)
         request = SynthesisRequest(
             job_id=jobs.next_id(),
             turn_id=turn.id,
-            text=speakable(segment.text),  # URLs shortened, one word each still
+            # As written, URLs are shortened, one word each still.
+            text=speakable(segment.text) if reading is None else reading.spoken,
             options=replace(options, eager=True) if first else options,
             first=first,
             deadline=now if first or end is None else end,
             submitted_at=now,
         )
-        turn.in_flight = InFlight(request.job_id, segment, now, trial=trial)
+        turn.in_flight = InFlight(request.job_id, segment, now, reading, trial=trial)
         turn.first_submitted = True
         if not trial:  # a trial's segment begins once it is confirmed
-            turn.track.begin(segment.text)
+            turn.track.begin(segment.text, reading.spoken if reading else None)
         jobs.submit(request)
 
     def cut(self, now: float) -> None:

@@ -24,7 +24,7 @@ from ..audio import Audio
 from ..encoding import FrameEncoder, OutputFormat
 from ..engines.base import SynthesisOptions
 from ..errors import CloseCode, ErrorCode, VoicewsError, unknown_voice
-from .config import SessionConfig, SettingsUpdate
+from .config import Normalization, SessionConfig, SettingsUpdate, Speaking
 from .conversation import Conversation, Message
 from .cost import Cost
 from .events import AudioFrame, Close, Error, Outgoing, Pong, SessionUpdated, TurnStarted
@@ -65,6 +65,8 @@ class Session:
             self.stats,
         )
         self._options = SynthesisOptions()
+        self._normalization: Normalization = "auto"
+        self._reading = config.reading
         self._conversation = Conversation(config.agent) if config.agent else None
         self._live: TurnPipeline | None = None
         self._finished: TurnPipeline | None = None  # ended, its last frames may still be queued
@@ -276,9 +278,7 @@ class Session:
         # The turn's own encoder: a format change applies from the next turn.
         encoder = FrameEncoder(self.sample_rate, self.audio, config.frame_ms)
         turn = Turn(turn_id, now, self.sample_rate, encoder, config.segmenter, config.stitch)
-        self._live = TurnPipeline(
-            turn, self._shared, lambda: self._options, self._ended, self.report
-        )
+        self._live = TurnPipeline(turn, self._shared, self._speaking, self._ended, self.report)
         # Queued frames of a finished turn at another rate count at this one's: a soft bound.
         self.outbox.high = self._pending_limit(encoder.sample_rate)
         self.outbox.append(TurnStarted(turn_id=turn_id))
@@ -298,14 +298,29 @@ class Session:
         }
         self._options = replace(self._options, **options)
         self.audio = audio
+        self._normalization = changes.normalization or self._normalization
+        server = self.config.reading
+        self._reading = replace(
+            self._reading,
+            locale=changes.locale or self._reading.locale,
+            lexicon=self._reading.lexicon
+            if changes.lexicon is None
+            else {**server.lexicon, **changes.lexicon},
+        )
         self.outbox.append(
             SessionUpdated(
                 audio=audio,
                 speed=self._options.speed,
+                normalization=self._normalization,
+                locale=self._reading.locale,
                 voice=self._options.voice or next(iter(self.config.voices), None),
                 live_turn_id=self._live.turn.id if self._live is not None else None,
             )
         )
+
+    def _speaking(self) -> Speaking:
+        reading = self._reading if self._normalization == "auto" else None
+        return Speaking(self._options, reading)
 
     def _pending_limit(self, rate: int) -> int:
         """Samples of queued audio at ``rate`` that pause synthesis."""

@@ -34,12 +34,15 @@ class Track:
         self._released = 0  # engine-rate samples handed to the encoder
         self._seq = 0
         self._segment: str | None = None  # the text of the segment being synthesized
+        self._spoken: str | None = None  # what is synthesized for it, where read otherwise
         self._announced = False
 
-    def begin(self, text: str) -> None:
-        """A segment's synthesis starts; it is announced with its first audio."""
+    def begin(self, text: str, spoken: str | None = None) -> None:
+        """A segment's synthesis starts; it is announced with its first audio, with what is
+        ``spoken`` for it where that is not its text."""
         self._stitcher.begin_segment()
         self._segment, self._announced = text, False
+        self._spoken = spoken if spoken != text else None
 
     def push(self, audio: Audio) -> list[Outgoing]:
         return self._out(self._stitcher.push(audio))
@@ -85,7 +88,7 @@ class Track:
         out: list[Outgoing] = []
         if audio.size and self._segment is not None and not self._announced:
             start = self._encoder.position(self._released)
-            out.append(SegmentStarted(turn_id=self.turn_id, text=self._segment, start_sample=start))
+            out.append(SegmentStarted(self.turn_id, self._segment, start, self._spoken))
             self.spoken.append((self._released, self._segment))
             self._announced = True
         self._released += audio.size

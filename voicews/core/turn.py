@@ -14,6 +14,7 @@ from enum import Enum
 from ..audio import Audio, StitchConfig
 from ..encoding import FrameEncoder
 from ..errors import ErrorCode, VoicewsError
+from ..text.reading import Reading
 from ..text.segmenter import Segment, Segmenter, SegmenterConfig
 from .listener import ListenerClock
 from .track import Track
@@ -35,6 +36,8 @@ class InFlight:
     job_id: int
     segment: Segment
     submitted_at: float
+    reading: Reading | None = None
+    """How the segment's text was read (None: as written)."""
     sounded: bool = False
     """It has produced audio (and its latency was observed)."""
     samples: int = 0

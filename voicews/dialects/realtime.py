@@ -165,6 +165,9 @@ def apply(session: Session, message: wire.ClientMessage, now: float) -> None:
                     overlap_frames=message.overlap_frames,
                     sample_rate=audio.sample_rate,
                     format=audio.format,
+                    normalization=message.normalization,
+                    locale=message.locale,
+                    lexicon=message.lexicon,
                 )
             )
         case wire.UserMessage():
@@ -184,6 +187,8 @@ def render(event: core.Event) -> BaseModel:
             return wire.SessionUpdated(
                 audio=wire.AudioFormat(sample_rate=audio.sample_rate, format=audio.format),
                 speed=event.speed,
+                normalization=event.normalization,
+                locale=event.locale,
                 voice=event.voice,
                 live_turn_id=event.live_turn_id,
             )
@@ -195,7 +200,10 @@ def render(event: core.Event) -> BaseModel:
             return wire.Pong(id=event.id)
         case core.SegmentStarted():
             return wire.SegmentStarted(
-                turn_id=event.turn_id, text=event.text, start_sample=event.start_sample
+                turn_id=event.turn_id,
+                text=event.text,
+                start_sample=event.start_sample,
+                spoken=event.spoken,
             )
         case core.Words():
             marks = [wire.WordMark(text=m.text, start_sample=m.start_sample) for m in event.words]

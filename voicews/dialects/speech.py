@@ -48,6 +48,8 @@ class SpeechRequest(BaseModel):
     """OpenAI's ``sse`` (base64 audio in events) is not served: refused, not ignored."""
     sample_rate: SampleRate | None = None
     """voicews only: the rate of any format but ``opus`` (48 kHz only)."""
+    normalization: Literal["auto", "off"] = "auto"
+    """voicews only: ``off`` speaks the text as written (numbers, symbols, abbreviations)."""
 
     @model_validator(mode="after")
     def _opus_is_48k(self) -> SpeechRequest:
@@ -105,7 +107,9 @@ async def speech(
     session.audio = response_output(
         request.response_format, session.sample_rate, request.sample_rate
     )
-    session.update(SettingsUpdate(speed=request.speed, voice=voice))
+    session.update(
+        SettingsUpdate(speed=request.speed, voice=voice, normalization=request.normalization)
+    )
     session.turn_reset("speech", now)
     session.text_delta(request.input, now)
     session.end_text(now)

@@ -22,6 +22,8 @@ from ..encoding import OPUS_RATE, Encoding
 from ..errors import ErrorCode, VoicewsError
 
 TurnId = Annotated[str, Field(min_length=1, max_length=128)]
+LexiconWord = Annotated[str, Field(min_length=1, max_length=64)]
+LexiconSpoken = Annotated[str, Field(min_length=1, max_length=256)]
 _Rates = Literal[8000, 16000, 22050, 24000, 44100, 48000]
 SAMPLE_RATES: tuple[int, ...] = get_args(_Rates)
 
@@ -98,6 +100,21 @@ class SessionUpdate(_Message):
     overlap_frames: int | None = Field(default=None, ge=0, le=64)
     """Engines that decode in windows: frames of context shared by adjacent windows."""
     audio: AudioUpdate | None = None
+    normalization: Literal["auto", "off"] | None = None
+    """``auto`` (the default): numbers, dates, money, units, codes and abbreviations read the
+    way a person would say them; ``off``: the text as written."""
+    locale: Literal["en-US", "en-GB"] | None = None
+    """The reading's conventions (dates, money, ``and`` in numbers)."""
+    lexicon: dict[LexiconWord, LexiconSpoken] | None = Field(default=None, max_length=1000)
+    """Words to read your way (``{"Nguyen": "win"}``), over the server's ``--lexicon``; an
+    update replaces the session's earlier ones."""
+
+    @model_validator(mode="after")
+    def _lexicon_words_are_tokens(self) -> SessionUpdate:
+        for word in self.lexicon or ():
+            if any(char.isspace() for char in word):
+                raise ValueError(f"lexicon: {word!r} is not one word (no whitespace)")
+        return self
 
 
 class Cancel(_Message):

@@ -68,6 +68,10 @@ class SessionUpdated(_Event):
     """The format of every turn started after this event."""
     speed: float
     """The speaking rate of every segment synthesized after this event."""
+    normalization: Literal["auto", "off"] | None = None
+    """How the text of every segment cut after this event is read (servers since
+    normalization always say)."""
+    locale: Literal["en-US", "en-GB"] | None = None
     voice: str | None = None
     """The voice of every segment synthesized after this event (one of ``voices``)."""
     live_turn_id: str | None = None
@@ -101,6 +105,9 @@ class SegmentStarted(_Event):
     turn_id: str
     text: str
     start_sample: int
+    spoken: str | None = None
+    """What was synthesized for ``text``, where normalization read it otherwise ("$5" ->
+    "five dollars"); ``text``, word marks and ``heard_text`` stay the client's own."""
 
 
 class WordMark(_Event):

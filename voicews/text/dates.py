@@ -51,7 +51,7 @@ def day_month(day: int, month: int, locale: Locale) -> str:
 def read_time(core: str, token: Token, around: Around) -> str | None:
     """3:30 PM, 14:05, 7am, and a span of them (9:30-10:30, 3-4pm, 9am-5pm; 5-10 is a
     range of numbers)."""
-    if (m := TIME_SPAN.fullmatch(core)) is not None and not (m[1].isdigit() and m[2].isdigit()):
+    if (m := TIME_SPAN.fullmatch(core)) is not None and not (m[1].isdecimal() and m[2].isdecimal()):
         start, end = _clock_or_hour(m[1], around), _clock_or_hour(m[2], around)
         return None if start is None or end is None else f"{start} to {end}"
     return clock(core, around)
@@ -59,7 +59,7 @@ def read_time(core: str, token: Token, around: Around) -> str | None:
 
 def _clock_or_hour(core: str, around: Around) -> str | None:
     """A span's end: a time, or a bare hour (the 3 of 3-4pm)."""
-    if core.isdigit():
+    if core.isdecimal():
         return cardinal(int(core)) if int(core) <= 24 else None
     return clock(core, around, spanned=True)
 

@@ -134,7 +134,7 @@ class StreamNormalizer:
                 return token.lead + said + s + token.trail
         if any(c in "@./" for c in core) and (spoken := words.link(core)) is not None:
             return token.lead + spoken + token.trail
-        if any(c.isdigit() for c in core):
+        if any(c.isdecimal() for c in core):
             if (spoken := numeric.read(token, around)) is None:
                 return None
             dotted = _TIME_DOT.fullmatch(core) is not None

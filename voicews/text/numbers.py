@@ -40,7 +40,7 @@ def _locale_words(words: str, locale: Locale) -> str:
 
 def digits(run: str) -> str:
     """``"0482"`` -> "zero four eight two": codes and phone numbers, read digit by digit."""
-    return " ".join(DIGITS[int(c)] for c in run if c.isdigit())
+    return " ".join(DIGITS[int(c)] for c in run if c.isdecimal())
 
 
 def decimal(text: str, locale: Locale = "en-US") -> str:

@@ -160,7 +160,7 @@ def _hash(core: str, token: Token, around: Around) -> str | None:
     if m is None:
         return None
     body = m[1]
-    if body.isdigit():
+    if body.isdecimal():
         return "number " + (digits(body) if len(body) >= 4 else cardinal(int(body)))
     return "number " + code(body)
 
@@ -226,7 +226,7 @@ def _year_expected(token: Token, around: Around) -> bool:
     return (
         prev.core.lower() in YEAR_CUES
         or is_month(prev)
-        or bool(prev.trail and prev.core[:1].isdigit())
+        or bool(prev.trail and prev.core[:1].isdecimal())
         or (around.next is None or bool(token.trail))
     )
 
@@ -235,11 +235,11 @@ def _hyphenated(core: str, token: Token, around: Around) -> str | None:
     """Numbers joined to words: "24-hour", "1-on-1", "5-km" (a unit, singular: "a five
     kilometer run")."""
     parts = core.split("-")
-    if len(parts) < 2 or not all(p.isdigit() or (p.isalpha() and not p.isupper()) for p in parts):
+    if len(parts) < 2 or not all(p.isdecimal() or (p.isalpha() and not p.isupper()) for p in parts):
         return None
     return " ".join(
         cardinal(int(p), around.locale)
-        if p.isdigit()
+        if p.isdecimal()
         else unit(p, 1, around.locale)
         if p in UNITS
         else p
@@ -259,12 +259,12 @@ def code(text: str) -> str:
     if m := WORD_DASH_NUMBER.fullmatch(text):
         return f"{m[1]} {cardinal(int(m[2]))}"
     runs = RUNS.findall(text)
-    short = len(runs) == 2 and "-" not in text and any(r.isdigit() and len(r) <= 2 for r in runs)
+    short = len(runs) == 2 and "-" not in text and any(r.isdecimal() and len(r) <= 2 for r in runs)
     groups = []
     for group in text.split("-"):
         words = []
         for run in RUNS.findall(group):
-            if run.isdigit():
+            if run.isdecimal():
                 words.append(cardinal(int(run)) if short else digits(run))
             elif len(run) >= 4 or (len(run) >= 3 and run.islower()):
                 words.append(run)
@@ -278,7 +278,7 @@ def _fallback(core: str, token: Token, around: Around) -> str | None:
     """Digits inside anything else (1+1=2, v2.0.1): each number read, each sign named."""
     words = []
     for run in FALLBACK_RUNS.findall(core):
-        if run.isdigit():
+        if run.isdecimal():
             words.append(cardinal(int(run), around.locale) if len(run) <= 3 else digits(run))
         elif run.isalpha():
             words.append(run)

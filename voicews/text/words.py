@@ -45,7 +45,7 @@ def waits_for_next(token: Token) -> bool:
     if token.verbatim:
         return False
     lower = token.core.lower()
-    return lower in CONTEXT_WORDS or any(c.isdigit() for c in token.core)
+    return lower in CONTEXT_WORDS or any(c.isdecimal() for c in token.core)
 
 
 def read(token: Token, around: Around) -> str | None:
@@ -112,7 +112,7 @@ def _abbreviation(token: Token, around: Around) -> str | None:
         spoken, can_end = ABBREVIATIONS[lower]
         return spoken + abbreviation_trail(token, around, can_end)
     if lower in MONTH_ABBREVIATIONS and core[0].isupper():
-        in_date = (nxt is not None and nxt.core[:1].isdigit()) or _day_number(around.prev)
+        in_date = (nxt is not None and nxt.core[:1].isdecimal()) or _day_number(around.prev)
         if not in_date:
             return None
         month = MONTHS[MONTH_ABBREVIATIONS[lower] - 1]
@@ -120,12 +120,13 @@ def _abbreviation(token: Token, around: Around) -> str | None:
         return of + month + abbreviation_trail(token, around)
     if lower in DAYS and core[0].isupper():
         in_date = trail[:1] in (",", ".") or (
-            nxt is not None and (nxt.core[:1].isdigit() or nxt.core.lower() in MONTH_ABBREVIATIONS)
+            nxt is not None
+            and (nxt.core[:1].isdecimal() or nxt.core.lower() in MONTH_ABBREVIATIONS)
         )
         if lower in WORD_DAYS and not in_date:
             return None
         return DAYS[lower] + abbreviation_trail(token, around)
-    if lower == "no" and dotted and nxt is not None and nxt.core[:1].isdigit():
+    if lower == "no" and dotted and nxt is not None and nxt.core[:1].isdecimal():
         return ("number" if core == "no" else "Number") + trail[1:]
     return None
 
@@ -136,7 +137,7 @@ def _after_street_name(around: Around) -> bool:
     prev, nxt = around.prev, around.next
     if prev is None or prev.trail:
         return False
-    if prev.core[:1].isdigit():
+    if prev.core[:1].isdecimal():
         return True
     named = prev.capitalized
     return named and (not around.prev_starts_sentence or nxt is None or not nxt.capitalized)
@@ -148,7 +149,7 @@ def _day_number(token: Token | None) -> bool:
         return False
     number = token.core.lower().removesuffix("st").removesuffix("nd").removesuffix("rd")
     number = number.removesuffix("th")
-    return number.isdigit() and 1 <= int(number) <= 31
+    return number.isdecimal() and 1 <= int(number) <= 31
 
 
 def email(text: str) -> str:
@@ -172,7 +173,7 @@ def _named(text: str, signs: str) -> list[str]:
     named ("dot", "underscore", "and", ...)."""
     words = []
     for part in PARTS.findall(text):
-        if part.isdigit():
+        if part.isdecimal():
             words.append(digits(part))
         elif part in signs:
             words.append("dot" if part == "." else SIGNS[part])
