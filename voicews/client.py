@@ -16,7 +16,7 @@ from collections.abc import AsyncIterable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 from websockets.asyncio.client import ClientConnection, connect
@@ -173,10 +173,21 @@ class RealtimeClient:
         speed: float | None = None,
         audio: AudioUpdate | None = None,
         voice: str | None = None,
+        normalization: Literal["auto", "off"] | None = None,
+        locale: Literal["en-US", "en-GB"] | None = None,
+        lexicon: dict[str, str] | None = None,
     ) -> None:
-        """Voice options from the next segment, the audio format from the next turn;
-        ``voice``: one of ``created.voices``."""
-        await self.ws.send(encode_event(SessionUpdate(speed=speed, voice=voice, audio=audio)))
+        """Voice options and reading from the next segment, the audio format from the next
+        turn; ``voice``: one of ``created.voices``."""
+        update = SessionUpdate(
+            speed=speed,
+            voice=voice,
+            audio=audio,
+            normalization=normalization,
+            locale=locale,
+            lexicon=lexicon,
+        )
+        await self.ws.send(encode_event(update))
 
     async def playback(self, turn_id: str, samples_played: int) -> None:
         """Tell the server how far the player got, so a cut turn reports what was heard."""
