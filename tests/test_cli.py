@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from voicews.cli import parser, serve_config
+from voicews.cli import main, parser, serve_config
+from voicews.dialects.realtime import limits
 from voicews.engines import BUNDLED_VOICE
 from voicews.engines.piper import bundled_voice
 from voicews.protocol import Limits
@@ -57,10 +58,24 @@ def test_readme_lists_every_serve_option_with_its_default() -> None:
 def test_readme_limits_table_shows_the_defaults() -> None:
     """Every advertised limit, with the default a session gets from a default server."""
     config = ServerConfig()
-    advertised = config.session.limits(config.max_sessions)
+    advertised = limits(config.session, config.max_sessions)
     rows = table("limit")
     assert set(rows) == set(Limits.model_fields)
     for name, (default, *_) in rows.items():
         number = re.sub(r" \(.*\)$", "", default).replace(",", "")
         value = float(number.removesuffix(" KiB")) * (1024 if number.endswith("KiB") else 1)
         assert value == getattr(advertised, name), name
+
+
+def test_a_lexicon_file_and_a_locale_set_how_text_is_read(tmp_path: Path) -> None:
+    words = tmp_path / "words.tsv"
+    words.write_text("# brand names\nXiaomi\tshao mee\n\nNguyen\twin\n", encoding="utf-8")
+    config = serve_config(
+        parser().parse_args(["serve", "--lexicon", str(words), "--locale", "en-GB"])
+    )
+    assert config.session.reading.locale == "en-GB"
+    assert dict(config.session.reading.lexicon) == {"xiaomi": "shao mee", "nguyen": "win"}
+    words.write_text("no tab here\n", encoding="utf-8")
+    with pytest.raises(SystemExit) as refused:
+        main(["serve", "--lexicon", str(words)])
+    assert refused.value.code == 2  # argparse's usage error, naming the file and line

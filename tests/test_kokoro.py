@@ -166,7 +166,9 @@ async def test_http_speech_takes_a_voice_and_a_speed(kokoro: VoicewsServer) -> N
 async def test_wyoming_lists_the_voices_and_speaks_the_one_named(kokoro: VoicewsServer) -> None:
     """Home Assistant picks a voice from ``describe``; one the engine lacks gets the default."""
     assert kokoro.app is not None
-    wyoming = WyomingServer(kokoro.app, "tcp://127.0.0.1:0", kokoro.policy)
+    wyoming = WyomingServer(
+        kokoro.app.admission, kokoro.app.config.session, "tcp://127.0.0.1:0", kokoro.policy
+    )
     await wyoming.start()
     try:
         async with AsyncTcpClient("127.0.0.1", wyoming.port) as client:

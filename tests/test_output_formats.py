@@ -145,7 +145,9 @@ async def test_the_ack_names_the_live_turn(client: RealtimeClient) -> None:
     await client.session_update(audio=AudioUpdate(format="opus"))
     ack = await client.recv(timeout(5))
     opus = AudioFormat(sample_rate=48000, format="opus")
-    assert ack == SessionUpdated(audio=opus, speed=1.0, voice=BUNDLED_VOICE, live_turn_id=None)
+    assert ack == SessionUpdated(
+        audio=opus, speed=1.0, voice=BUNDLED_VOICE, normalization="auto", locale="en-US"
+    )
     await client.turn_reset("live")
     assert await client.recv(timeout(5)) == TurnStarted(turn_id="live")
     await client.session_update(speed=1.25)

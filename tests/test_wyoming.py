@@ -283,7 +283,7 @@ async def test_shutdown_lets_a_streamed_reply_finish() -> None:
                     await asyncio.sleep(0.01)
             closing = asyncio.create_task(srv.close(drain=True))
             async with asyncio.timeout(timeout(5)):
-                while not srv.app.draining:
+                while not srv.app.admission.draining:
                     await asyncio.sleep(0.01)
             async with AsyncTcpClient("127.0.0.1", srv.wyoming.port) as late:
                 await late.write_event(Synthesize(text="Too late?").event())
