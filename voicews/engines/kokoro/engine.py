@@ -62,12 +62,14 @@ class KokoroEngine:
     concurrent = True  # one onnxruntime session runs the lanes' inferences; espeak-ng is locked
     sample_rate = SAMPLE_RATE
 
-    def __init__(self, voice: str | None = None) -> None:
+    def __init__(self, voice: str | None = None, graph: Path | None = None) -> None:
+        """``graph``: the ONNX graph to run (default: the shipped int8 one; the benchmarks
+        compare others made from it, :mod:`.graphs`)."""
         self.voice = voice or DEFAULT_VOICE
         self._packs = {name: load_voice(name) for name in voices()}
         if self.voice not in self._packs:
             load_voice(self.voice)  # raises, naming the voices there are
-        self._session = lane_session(with_durations(model_path()))
+        self._session = lane_session(with_durations(graph or model_path()))
 
     def synthesize(self, text: str, options: SynthesisOptions) -> Iterator[Audio | WordStarts]:
         voice = options.voice or self.voice
