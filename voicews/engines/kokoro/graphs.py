@@ -14,6 +14,8 @@ The weights are the shipped ones: nothing is retrained or downloaded.
 
 from __future__ import annotations
 
+import os
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -24,6 +26,11 @@ from ...cache import cache_dir, file_key, write_atomically
 
 FORMAT_VERSION = 1
 """Bump when a conversion changes, so a stale graph is made again."""
+
+STATIC = re.compile(r"^/decoder/decoder/generator/(resblocks|noise_res)\.")
+"""The nodes :func:`static_graph` quantizes statically: the generator's residual blocks, most
+of the model's compute (the rest is as shipped; quantizing every convolution statically lost
+words, WER 0.16-0.23 against 0.00-0.06)."""
 
 CALIBRATION = (
     "Hello there, how can I help?",
@@ -57,11 +64,13 @@ def float_graph(model: Path) -> Path:
 
 
 def static_graph(model: Path) -> Path:
-    """The statically quantized graph of ``model``, made once into the cache (about a minute
-    on two cores: the float graph, then a calibration run of each sentence in each voice)."""
+    """``model`` with the generator's residual convolutions (:data:`STATIC`) quantized
+    statically, made once into the cache (a few minutes on two busy cores: a calibration run
+    of each sentence in each voice)."""
     out = _derived(model, "static")
     if out.is_file():
         return out
+    import onnx
     from onnxruntime.quantization import (
         CalibrationDataReader,
         CalibrationMethod,
@@ -77,14 +86,25 @@ def static_graph(model: Path) -> Path:
         def get_next(self) -> dict[str, Any] | None:
             return next(self._feeds, None)
 
-    tmp = out.with_name(f"{out.name}.tmp")
-    quantize_static(
-        str(float_graph(model)), str(tmp), Reader(),
-        quant_format=QuantFormat.QOperator, op_types_to_quantize=["Conv"], per_channel=True,
-        activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8,
-        calibrate_method=CalibrationMethod.MinMax,
-    )  # fmt: skip
-    tmp.replace(out)
+    proto = onnx.load(str(model))
+    dequantize(proto, STATIC)
+    nodes = proto.graph.node
+    convolutions = [n.name for n in nodes if n.op_type == "Conv" and STATIC.match(n.name)]
+    partial = out.with_name(f"{out.name}.float{os.getpid()}")
+    tmp = out.with_name(f"{out.name}.tmp{os.getpid()}")
+    try:
+        write_atomically(partial, proto.SerializeToString())
+        quantize_static(
+            str(partial), str(tmp), Reader(),
+            quant_format=QuantFormat.QOperator, op_types_to_quantize=["Conv"], per_channel=True,
+            nodes_to_quantize=convolutions,
+            activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8,
+            calibrate_method=CalibrationMethod.MinMax,
+        )  # fmt: skip
+        tmp.replace(out)
+    finally:
+        partial.unlink(missing_ok=True)
+        tmp.unlink(missing_ok=True)
     return out
 
 
@@ -218,14 +238,17 @@ def _lstm(edges: _Edges, node: Any) -> tuple[Any, list[Any]]:
     return replacement, initializers
 
 
-def dequantize(model: Any) -> None:
-    """Rewrite ``model`` (an ``onnx.ModelProto``) in place as described above."""
+def dequantize(model: Any, scope: re.Pattern[str] | None = None) -> None:
+    """Rewrite ``model`` (an ``onnx.ModelProto``) in place as described above: every integer
+    node, or those whose name ``scope`` matches."""
     graph = model.graph
     edges = _Edges(graph)
     removed: set[int] = set()
     replacements: dict[int, Any] = {}
-    added: dict[str, Any] = {}  # by name: ALBERT's one layer is called 12 times over the same weights
+    added: dict[str, Any] = {}  # by name: ALBERT's one layer is called 12 times, same weights
     for node in graph.node:
+        if scope is not None and not scope.match(node.name):
+            continue
         if node.op_type in ("MatMulInteger", "ConvInteger") and node.input[1] in edges.initializers:
             gone, replacement, weights = _integer_node(edges, node)
             removed.update(id(n) for n in gone)
