@@ -6,7 +6,7 @@ token come from the graph (``/encoder/Clip_output_0``, exposed as an extra outpu
 cache): each frame is 600 samples, so the words are placed on them as for Piper. The exported
 graph has no random ops (its noise is fixed): the same text, voice and speed give the same
 audio. The graph run is the shipped one with its generator's residual blocks quantized
-statically (:mod:`.graphs`): a quarter less compute per second of audio, the same words heard.
+statically (:mod:`.graphs`): 0.5-0.8 of the compute per second of audio, the same words heard.
 """
 
 from __future__ import annotations
