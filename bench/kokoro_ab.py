@@ -71,7 +71,8 @@ SETTINGS = {
     "2 threads, spin": {"spin": True},
     "no memory arena": {"arena": False},
 }
-"""Session settings for part 2 (the engine's own is the first)."""
+"""Session settings for part 2 (the engine's own is the first; the others replace its session
+after it was made, so their RSS is not the engine's alone)."""
 
 
 # --- one variant, in a child process ----------------------------------------------------------

@@ -14,6 +14,7 @@ The weights are the shipped ones: nothing is retrained or downloaded.
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 from collections.abc import Iterator
@@ -23,6 +24,8 @@ from typing import Any
 import numpy as np
 
 from ...cache import cache_dir, file_key, write_atomically
+
+log = logging.getLogger(__name__)
 
 FORMAT_VERSION = 1
 """Bump when a conversion changes, so a stale graph is made again."""
@@ -86,6 +89,7 @@ def static_graph(model: Path) -> Path:
         def get_next(self) -> dict[str, Any] | None:
             return next(self._feeds, None)
 
+    log.info("making Kokoro's static graph into %s, once (minutes on two cores)", out)
     proto = onnx.load(str(model))
     dequantize(proto, STATIC)
     nodes = proto.graph.node
