@@ -43,6 +43,10 @@ SCENARIOS: dict[str, tuple[str, str]] = {
         "bench.engines.kokoro",
         "Kokoro against Piper: cost per character, first audio, stalls; its decoder in windows",
     ),
+    "kokoro_ab": (
+        "bench.engines.kokoro_ab",
+        "Kokoro graphs (int8, float, static): first audio, RTF, RSS, WER, DNSMOS; 1/2/4 at once",
+    ),
     "slow_engine": (
         "bench.engines.slow_engine",
         "first audio and stalls with an engine 10x slower than Piper, in simulated time",

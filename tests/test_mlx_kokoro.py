@@ -35,11 +35,8 @@ from voicews.engines.base import Engine, SynthesisOptions, WordStarts  # noqa: E
 from voicews.engines.kokoro.assets import load_voice, model_path, style  # noqa: E402
 from voicews.engines.kokoro.engine import KokoroEngine  # noqa: E402
 from voicews.engines.kokoro.mlx_engine import MlxKokoroEngine  # noqa: E402
-from voicews.engines.kokoro.mlx_model import (  # noqa: E402
-    Kokoro,
-    Linear,
-    StridedConv,
-)
+from voicews.engines.kokoro.mlx_layers import Linear, StridedConv  # noqa: E402
+from voicews.engines.kokoro.mlx_model import Kokoro  # noqa: E402
 from voicews.engines.kokoro.mlx_weights import (  # noqa: E402
     _reorder_gates,
     cache_path,

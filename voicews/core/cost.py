@@ -36,10 +36,13 @@ class Cost:
 
 PRIORS = {
     "piper": Cost(0.05, 0.004),
-    "kokoro": Cost(0.4, 0.025),
+    "kokoro": Cost(0.3, 0.02),
 }
 """Until measured, per engine (the two-core box this was written on, quiet, a little
-pessimistic): Piper ~15 ms of speech per ms of compute, Kokoro about ten times its cost."""
+pessimistic): Piper ~15 ms of speech per ms of compute. Kokoro's int8 graph fitted 255 ms +
+26.9 ms/char there, quiet; its static graph (``engines/kokoro/graphs.py``), which it runs
+now, took 0.51-0.79 of that graph's compute per second of audio in three paired runs
+(``python -m bench kokoro_ab``, busy machine), and a two-word segment 0.6 of its time."""
 DEFAULT_PRIOR = PRIORS["piper"]
 
 WINDOW = 32

@@ -1,0 +1,301 @@
+"""Kokoro's graph as onnxruntime runs it fastest on a CPU, made once from the shipped int8 one.
+
+The export quantizes dynamically: every ``MatMulInteger`` and ``ConvInteger`` rounds its input
+to uint8 at each call (``DynamicQuantizeLinear``), then rescales its int32 output, and its
+LSTMs are ``DynamicQuantizeLSTM``. :func:`float_graph` turns each integer node, with its
+input's quantization, its integer bias and its rescaling, into the float node over the
+dequantized weight ``(q - zero_point) * scale`` (the scales as the graph's rescaling ``Mul``
+holds them, found as :mod:`.mlx_weights` finds them) and the float bias; nodes left without a
+consumer go. :func:`static_graph` quantizes that float graph's convolutions again, statically:
+int8 weights per output channel, and activation ranges measured once on
+:data:`CALIBRATION` sentences in every shipped voice, so no input is re-quantized at run time.
+The weights are the shipped ones: nothing is retrained or downloaded.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ...cache import cache_dir, file_key, write_atomically
+
+log = logging.getLogger(__name__)
+
+FORMAT_VERSION = 1
+"""Bump when a conversion changes, so a stale graph is made again."""
+
+STATIC = re.compile(r"^/decoder/decoder/generator/(resblocks|noise_res)\.")
+"""The nodes :func:`static_graph` quantizes statically: the generator's residual blocks, most
+of the model's compute (the rest is as shipped; quantizing every convolution statically lost
+words, WER 0.16-0.23 against 0.00-0.06)."""
+
+CALIBRATION = (
+    "Hello there, how can I help?",
+    "The museum opens at nine on weekdays, and at ten on Sundays.",
+    "Could you spell that for me, please?",
+    "Thanks! I will call you back later today, around four.",
+    "Wow, that is a great idea; let us try it.",
+)
+"""Sentences whose activations set the static graph's ranges: a greeting, a long statement,
+a question, an exclamation, numbers read as words. None is spoken in a test or a benchmark."""
+
+
+def _derived(model: Path, kind: str) -> Path:
+    """Where the ``kind`` graph made from ``model`` is cached: keyed by the int8 file (its path,
+    size and time) and :data:`FORMAT_VERSION`."""
+    stem = model.name.removesuffix(".onnx").replace(".int8", "")
+    return cache_dir() / "kokoro" / f"{stem}.{kind}-{file_key(model)}-v{FORMAT_VERSION}.onnx"
+
+
+def float_graph(model: Path) -> Path:
+    """The float graph of ``model``, made once into the cache (a few seconds)."""
+    out = _derived(model, "float")
+    if out.is_file():
+        return out
+    import onnx
+
+    graph = onnx.load(str(model))
+    dequantize(graph)
+    write_atomically(out, graph.SerializeToString())
+    return out
+
+
+def static_graph(model: Path) -> Path:
+    """``model`` with the generator's residual convolutions (:data:`STATIC`) quantized
+    statically, made once into the cache (a few minutes on two busy cores: a calibration run
+    of each sentence in each voice)."""
+    out = _derived(model, "static")
+    if out.is_file():
+        return out
+    import onnx
+    from onnxruntime.quantization import (
+        CalibrationDataReader,
+        CalibrationMethod,
+        QuantFormat,
+        QuantType,
+        quantize_static,
+    )
+
+    class Reader(CalibrationDataReader):  # type: ignore[misc]
+        def __init__(self) -> None:
+            self._feeds = _calibration_feeds()
+
+        def get_next(self) -> dict[str, Any] | None:
+            return next(self._feeds, None)
+
+    log.info("making Kokoro's static graph into %s, once (minutes on two cores)", out)
+    proto = onnx.load(str(model))
+    dequantize(proto, STATIC)
+    nodes = proto.graph.node
+    convolutions = [n.name for n in nodes if n.op_type == "Conv" and STATIC.match(n.name)]
+    partial = out.with_name(f"{out.name}.float{os.getpid()}")
+    tmp = out.with_name(f"{out.name}.tmp{os.getpid()}")
+    try:
+        write_atomically(partial, proto.SerializeToString())
+        quantize_static(
+            str(partial), str(tmp), Reader(),
+            quant_format=QuantFormat.QOperator, op_types_to_quantize=["Conv"], per_channel=True,
+            nodes_to_quantize=convolutions,
+            activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8,
+            calibrate_method=CalibrationMethod.MinMax,
+        )  # fmt: skip
+        tmp.replace(out)
+    finally:
+        partial.unlink(missing_ok=True)
+        tmp.unlink(missing_ok=True)
+    return out
+
+
+def _calibration_feeds() -> Iterator[dict[str, Any]]:
+    from .assets import language, load_voice, style, voices
+    from .phonemes import MAX_PHONEMES, PAD, phonemize, tokenize
+
+    for voice in voices():
+        pack = load_voice(voice)
+        for text in CALIBRATION:
+            for phonemes in phonemize(text, language(voice), MAX_PHONEMES):
+                tokens = tokenize(phonemes)
+                yield {
+                    "tokens": np.array([[PAD, *tokens, PAD]], dtype=np.int64),
+                    "style": style(pack, len(tokens)),
+                    "speed": np.array([1.0], dtype=np.float32),
+                }
+
+
+class _Edges:
+    """Who produces and who consumes each value, and the initializers by name."""
+
+    def __init__(self, graph: Any) -> None:
+        self.graph = graph
+        self.initializers = {t.name: t for t in graph.initializer}
+        self.producer: dict[str, Any] = {}
+        self.consumers: dict[str, list[Any]] = {}
+        for node in graph.node:
+            for name in node.output:
+                self.producer[name] = node
+            for name in node.input:
+                self.consumers.setdefault(name, []).append(node)
+
+    def array(self, name: str) -> np.ndarray[Any, Any]:
+        from onnx import numpy_helper
+
+        return numpy_helper.to_array(self.initializers[name])
+
+    def only_consumer(self, name: str, op: str) -> Any:
+        consumers = self.consumers.get(name, [])
+        if len(consumers) != 1 or consumers[0].op_type != op:
+            raise ValueError(f"{name}: expected one {op} after it, found {consumers}")
+        return consumers[0]
+
+
+def _per_channel(values: np.ndarray[Any, Any], ndim: int, axis: int) -> np.ndarray[Any, Any]:
+    if values.ndim == 0:
+        return values.astype(np.float32)
+    shape = [1] * ndim
+    shape[axis] = values.shape[0]
+    return values.reshape(shape).astype(np.float32)
+
+
+def _integer_node(edges: _Edges, node: Any) -> tuple[list[Any], Any, list[Any]]:
+    """An integer matmul or convolution with its weight as an initializer: the nodes that
+    compute it (removed), the float node that replaces them, and its new initializers."""
+    from onnx import helper
+
+    quantize = edges.producer[node.input[0]]  # DynamicQuantizeLinear(x) -> q, scale, zero point
+    removed, tail = [node], node
+    bias_name = None
+    after = edges.consumers[node.output[0]]
+    if len(after) == 1 and after[0].op_type == "Add":  # the bias, quantized by the input's scale
+        add = after[0]
+        quantized_bias = next(i for i in add.input if i != node.output[0])
+        bias_name = _float_bias(edges, quantized_bias)
+        removed.append(add)
+        tail = add
+    cast = edges.only_consumer(tail.output[0], "Cast")
+    rescale = edges.only_consumer(cast.output[0], "Mul")
+    removed += [cast, rescale]
+    product = edges.producer[next(i for i in rescale.input if i != cast.output[0])]
+    input_scale = quantize.output[1]
+    if product.op_type != "Mul" or input_scale not in product.input:
+        raise ValueError(f"{node.name}: no Mul(input scale, weight scale) rescales it")
+    weight_scale = edges.array(next(i for i in product.input if i != input_scale))
+    q = edges.array(node.input[1])
+    axis = 1 if node.op_type == "MatMulInteger" else 0  # (in, out) or (out, in, k)
+    zero = _per_channel(edges.array(node.input[3]), q.ndim, axis) if len(node.input) > 3 else 0
+    weight = (q.astype(np.float32) - zero) * _per_channel(weight_scale, q.ndim, axis)
+    weight_name = f"{node.input[1].removesuffix('_quantized')}_float"
+    inputs = [quantize.input[0], weight_name]
+    if node.op_type == "MatMulInteger":
+        replacement = helper.make_node("MatMul", inputs, [rescale.output[0]], name=node.name)
+    else:
+        if bias_name is not None:
+            inputs.append(bias_name)
+        replacement = helper.make_node(
+            "Conv", inputs, [rescale.output[0]], name=node.name,
+            **{a.name: helper.get_attribute_value(a) for a in node.attribute},
+        )  # fmt: skip
+    from onnx import numpy_helper
+
+    return removed, replacement, [numpy_helper.from_array(weight, weight_name)]
+
+
+def _float_bias(edges: Any, quantized: str) -> str:
+    """The float bias behind ``Reshape(Cast(Floor(Div(bias, scale))))``: its initializer."""
+    node = edges.producer[quantized]
+    while node.op_type != "Div":
+        node = edges.producer[node.input[0]]
+    if node.input[0] not in edges.initializers:
+        raise ValueError(f"{quantized}: its float bias is not an initializer")
+    name: str = node.input[0]
+    return name
+
+
+def _lstm(edges: _Edges, node: Any) -> tuple[Any, list[Any]]:
+    """``DynamicQuantizeLSTM`` -> ``LSTM``: per-direction dequantized weights, moved from
+    ``(dirs, in, 4H)`` to ONNX's ``(dirs, 4H, in)`` (both keep the gates as ``i o f c``)."""
+    from onnx import helper, numpy_helper
+
+    inputs = list(node.input[:8])
+    initializers = []
+    # W with its scale and zero point (inputs 8, 9), then R with its own (10, 11).
+    for slot, scale, zero in ((1, 8, 9), (2, 10, 11)):
+        name = node.input[slot]
+        q = edges.array(name).astype(np.float32)
+        zero_point = edges.array(node.input[zero]).astype(np.float32)[:, None, None]
+        weight = (q - zero_point) * edges.array(node.input[scale])[:, None, None]
+        inputs[slot] = f"{name.removesuffix('_quantized')}_float"
+        initializers.append(
+            numpy_helper.from_array(np.ascontiguousarray(weight.transpose(0, 2, 1)), inputs[slot])
+        )
+    while inputs and not inputs[-1]:
+        inputs.pop()
+    replacement = helper.make_node(
+        "LSTM", inputs, list(node.output), name=node.name,
+        **{a.name: helper.get_attribute_value(a) for a in node.attribute},
+    )  # fmt: skip
+    return replacement, initializers
+
+
+def dequantize(model: Any, scope: re.Pattern[str] | None = None) -> None:
+    """Rewrite ``model`` (an ``onnx.ModelProto``) in place as described above: every integer
+    node, or those whose name ``scope`` matches."""
+    graph = model.graph
+    edges = _Edges(graph)
+    removed: set[int] = set()
+    replacements: dict[int, Any] = {}
+    added: dict[str, Any] = {}  # by name: ALBERT's one layer is called 12 times, same weights
+    for node in graph.node:
+        if scope is not None and not scope.match(node.name):
+            continue
+        if node.op_type in ("MatMulInteger", "ConvInteger") and node.input[1] in edges.initializers:
+            gone, replacement, weights = _integer_node(edges, node)
+            removed.update(id(n) for n in gone)
+            replacements[id(node)] = replacement
+            added.update((w.name, w) for w in weights)
+        elif node.op_type == "DynamicQuantizeLSTM":
+            replacement, weights = _lstm(edges, node)
+            removed.add(id(node))
+            replacements[id(node)] = replacement
+            added.update((w.name, w) for w in weights)
+    nodes = []
+    for node in graph.node:
+        if id(node) in replacements:
+            nodes.append(replacements[id(node)])
+        elif id(node) not in removed:
+            nodes.append(node)
+    graph.initializer.extend(added.values())
+    _keep_used(graph, nodes)
+
+
+def _keep_used(graph: Any, nodes: list[Any]) -> None:
+    """Set ``graph``'s nodes to those of ``nodes`` something still reads (the quantization of
+    inputs and biases no longer does), and drop the initializers nothing reads."""
+    needed = {o.name for o in graph.output}
+    kept = []
+    for node in reversed(nodes):  # topological order: consumers come after producers
+        if any(name in needed for name in node.output):
+            kept.append(node)
+            needed.update(name for name in node.input if name)
+            needed.update(_subgraph_inputs(node))
+    del graph.node[:]
+    graph.node.extend(reversed(kept))
+    used = [t for t in graph.initializer if t.name in needed]
+    del graph.initializer[:]
+    graph.initializer.extend(used)
+
+
+def _subgraph_inputs(node: Any) -> set[str]:
+    from onnx import AttributeProto
+
+    names: set[str] = set()
+    for attribute in node.attribute:
+        if attribute.type == AttributeProto.GRAPH:
+            for inner in attribute.g.node:
+                names.update(inner.input)
+    return names

@@ -1,0 +1,208 @@
+"""Kokoro's decoder in MLX: frames -> the iSTFTNet generator, driven by a harmonic source
+made from F0, whose 20-point spectrum an inverse STFT turns into 24 kHz audio. Where mlx-audio
+and the ONNX export differ this follows the export: no random source (SineGen's initial phases
+and noise are gone), and an inverse STFT as a transposed convolution whose window
+normalisation covers only the first 20 samples."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import mlx.core as mx
+import numpy as np
+
+from ..mlx_piper.model import Conv, Upsample, leaky_relu
+from .assets import SAMPLE_RATE
+from .mlx_layers import AdaIN, AdainResBlock, Linear, StridedConv, Weights, same_conv
+
+_HARMONICS = 9
+_SINE_AMP = 0.1
+_VOICED_THRESHOLD = 10.0
+_N_FFT = 20
+_HOP = 5
+_UPSAMPLE = 300
+"""F0 samples per F0 value: F0 runs at twice the frame rate."""
+
+
+class AdaINResBlock1:
+    """The generator's residual block: three AdaIN/Snake/dilated-conv pairs, each residual."""
+
+    def __init__(self, w: Weights, module: str, dilations: tuple[int, ...], matmul: bool) -> None:
+        self.stages = [
+            (
+                AdaIN(w, f"{module}.adain1.{j}"),
+                w[f"{module}.alpha1.{j}"].reshape(-1),
+                same_conv(w, f"{module}.convs1.{j}", matmul, dilation=d),
+                AdaIN(w, f"{module}.adain2.{j}"),
+                w[f"{module}.alpha2.{j}"].reshape(-1),
+                same_conv(w, f"{module}.convs2.{j}", matmul),
+            )
+            for j, d in enumerate(dilations)
+        ]
+
+    def __call__(self, x: mx.array, style: mx.array) -> mx.array:
+        for norm1, alpha1, conv1, norm2, alpha2, conv2 in self.stages:
+            y = conv1(snake(norm1(x, style), alpha1))
+            x = x + conv2(snake(norm2(y, style), alpha2))
+        return x
+
+
+def snake(x: mx.array, alpha: mx.array) -> mx.array:
+    return x + (1.0 / alpha) * mx.square(mx.sin(alpha * x))
+
+
+def _resize_linear(x: mx.array, scale: int) -> mx.array:
+    """``Resize(mode=linear, half_pixel)`` by an integer factor along time, edges clamped."""
+    n = x.shape[0]
+    src = np.maximum((np.arange(n * scale) + 0.5) / scale - 0.5, 0.0)
+    lo = np.floor(src).astype(np.int32)
+    hi = np.minimum(lo + 1, n - 1)
+    frac = mx.array((src - lo).astype(np.float32))[:, None]
+    return x[mx.array(lo)] * (1.0 - frac) + x[mx.array(hi)] * frac
+
+
+class HarmonicSource:
+    """F0 -> the summed, tanh-squashed harmonics the generator is driven by (no noise: the
+    export dropped SineGen's random phases and noise)."""
+
+    def __init__(self, w: Weights) -> None:
+        self.linear = Linear(w, "decoder.generator.m_source.l_linear")
+
+    def __call__(self, f0: mx.array) -> mx.array:
+        harmonics = f0[:, None] * mx.arange(1, _HARMONICS + 1, dtype=mx.float32)  # per F0 value
+        rad = harmonics / SAMPLE_RATE
+        rad = rad - mx.floor(rad)
+        phase = mx.cumsum(rad, axis=0) * 2.0 * math.pi * _UPSAMPLE  # in the export's order
+        sines = mx.sin(_resize_linear(phase, _UPSAMPLE)) * _SINE_AMP
+        voiced = mx.repeat(f0 > _VOICED_THRESHOLD, _UPSAMPLE).astype(mx.float32)[:, None]
+        return mx.tanh(self.linear(sines * voiced))[:, 0]
+
+
+class Stft:
+    """The export's STFT (reflect-padded, periodic Hann, 20 points, hop 5) as magnitude and
+    phase, and its inverse (a transposed convolution and the export's normalisation)."""
+
+    def __init__(self, w: Weights, matmul: bool) -> None:
+        n = np.arange(_N_FFT)
+        window = 0.5 - 0.5 * np.cos(2.0 * np.pi * n / _N_FFT)
+        bins = np.arange(_N_FFT // 2 + 1)
+        angle = 2.0 * np.pi * np.outer(n, bins) / _N_FFT
+        basis = (
+            np.concatenate([np.cos(angle), -np.sin(angle)], axis=1) * window[:, None]
+        )  # (20, 22)
+        taps = _N_FFT // _HOP
+        # A frame is `taps` consecutive blocks of `_HOP` samples: a `taps`-tap conv over blocks.
+        forward = basis.T.reshape(2 * len(bins), taps, _HOP)
+        self._forward = Conv(mx.array(forward.astype(np.float32)), None, matmul=matmul)
+        inverse = np.asarray(w["decoder.generator.istft.basis"])[:, 0, :]  # (22, 20)
+        # Output sample q*hop + r sums frames q-j at taps j*hop + r: `taps` taps, `hop` phases.
+        phases = inverse.reshape(-1, taps, _HOP).transpose(2, 1, 0)[:, ::-1, :]
+        self._inverse = Conv(mx.array(np.ascontiguousarray(phases)), None, matmul=matmul)
+        self._window_sum = np.asarray(w["decoder.generator.istft.window_sum"])
+
+    def magnitude_phase(self, x: mx.array) -> mx.array:
+        """``(frames, 22)``: 11 magnitudes then 11 phases, as the export computes them."""
+        pad = _N_FFT // 2
+        x = mx.concatenate([x[1 : pad + 1][::-1], x, x[-pad - 1 : -1][::-1]])
+        spec = self._forward.valid(x.reshape(-1, _HOP))
+        real, imag = mx.split(spec, 2, axis=1)
+        # atan(imag / real), moved to the real part's half plane: the export's atan2.
+        safe = mx.where(real == 0, 1.0, real)
+        angle = mx.where(real == 0, mx.sign(imag) * (math.pi / 2), mx.arctan(imag / safe))
+        angle = mx.where(real < 0, mx.where(imag > 0, angle + math.pi, angle - math.pi), angle)
+        # DC and Nyquist have no imaginary part: PyTorch's angle (as trained) is pi for a
+        # negative real part, and onnxruntime's DFT rounding mostly lands there too; the
+        # export's formula would give -pi for an exact zero. Measured: -1.7 dB of level at -pi.
+        edges = mx.where(real < 0, math.pi, 0.0)
+        column = mx.arange(real.shape[1])
+        angle = mx.where((column == 0) | (column == real.shape[1] - 1), edges, angle)
+        return mx.concatenate([mx.sqrt(real * real + imag * imag), angle], axis=1)
+
+    def inverse(self, spec: mx.array) -> mx.array:
+        """``(frames, 22)`` log-magnitudes and raw phases -> ``(frames - 1) * hop`` samples."""
+        magnitude = mx.exp(spec[:, : _N_FFT // 2 + 1])
+        phase = mx.sin(spec[:, _N_FFT // 2 + 1 :])
+        parts = mx.concatenate([magnitude * mx.cos(phase), magnitude * mx.sin(phase)], axis=1)
+        taps = _N_FFT // _HOP
+        y = self._inverse.valid(mx.pad(parts, [(taps - 1, taps - 1), (0, 0)])).reshape(-1)
+        # The export divides only its first window's samples by the window's square (where
+        # non-zero), scales by n_fft / hop, and trims half a window each side.
+        head = np.ones(_N_FFT, np.float32)
+        nonzero = self._window_sum > np.finfo(np.float32).tiny
+        head[nonzero] = 1.0 / self._window_sum[nonzero]
+        y = mx.concatenate([y[:_N_FFT] * mx.array(head), y[_N_FFT:]]) * float(_N_FFT // _HOP)
+        return y[_N_FFT // 2 : -(_N_FFT // 2)]
+
+
+class Generator:
+    def __init__(self, w: Weights, matmul: bool) -> None:
+        g = "decoder.generator"
+        self.source = HarmonicSource(w)
+        self.stft = Stft(w, matmul)
+        self.ups = [
+            Upsample(w[f"{g}.ups.0.weight"], w[f"{g}.ups.0.bias"], 10, 5, matmul=matmul),
+            Upsample(w[f"{g}.ups.1.weight"], w[f"{g}.ups.1.bias"], 6, 3, matmul=matmul),
+        ]
+        self.noise_convs: list[Callable[[mx.array], mx.array]] = [
+            StridedConv(w[f"{g}.noise_convs.0.weight"], w[f"{g}.noise_convs.0.bias"], 6, 3, matmul),
+            same_conv(w, f"{g}.noise_convs.1", matmul),
+        ]
+        self.noise_res = [
+            AdaINResBlock1(w, f"{g}.noise_res.0", (1, 3, 5), matmul),
+            AdaINResBlock1(w, f"{g}.noise_res.1", (1, 3, 5), matmul),
+        ]
+        self.resblocks = [
+            [AdaINResBlock1(w, f"{g}.resblocks.{3 * i + j}", (1, 3, 5), matmul) for j in range(3)]
+            for i in range(2)
+        ]
+        self.conv_post = same_conv(w, f"{g}.conv_post", matmul)
+
+    def __call__(self, x: mx.array, style: mx.array, f0: mx.array) -> mx.array:
+        return self.stft.inverse(self.spectrum(x, style, self.harmonics(f0)))
+
+    def harmonics(self, f0: mx.array) -> mx.array:
+        """The harmonic source's magnitudes and phases, ``(120 * frames + 1, 22)``."""
+        return self.stft.magnitude_phase(self.source(f0))
+
+    def spectrum(self, x: mx.array, style: mx.array, harmonics: mx.array) -> mx.array:
+        """Two upsamplings (x10, x6) with residual blocks, driven by the harmonics: the log
+        magnitudes and phases the inverse STFT turns into audio."""
+        for i, (up, noise_conv, noise_res, blocks) in enumerate(
+            zip(self.ups, self.noise_convs, self.noise_res, self.resblocks, strict=True)
+        ):
+            x = up(leaky_relu(x, 0.1))
+            if i == len(self.ups) - 1:
+                x = mx.concatenate([x[1:2], x])  # ReflectionPad1d((1, 0))
+            x = x + noise_res(noise_conv(harmonics), style)
+            total = blocks[0](x, style)
+            for block in blocks[1:]:
+                total = total + block(x, style)
+            x = total * (1.0 / len(blocks))
+        return self.conv_post(leaky_relu(x, 0.01))
+
+
+class Decoder:
+    """Frames (text features, F0, energy, style) -> 24 kHz audio, 600 samples per frame."""
+
+    def __init__(self, w: Weights, matmul: bool) -> None:
+        d = "decoder"
+        self.f0_conv = StridedConv(w[f"{d}.F0_conv.weight"], w[f"{d}.F0_conv.bias"], 2, 1, matmul)
+        self.n_conv = StridedConv(w[f"{d}.N_conv.weight"], w[f"{d}.N_conv.bias"], 2, 1, matmul)
+        self.encode = AdainResBlock(w, f"{d}.encode", matmul)
+        self.asr_res = same_conv(w, f"{d}.asr_res.0", matmul)
+        self.decode = [AdainResBlock(w, f"{d}.decode.{i}", matmul) for i in range(4)]
+        self.generator = Generator(w, matmul)
+
+    def __call__(self, asr: mx.array, f0: mx.array, n: mx.array, style: mx.array) -> mx.array:
+        return self.generator(self.hidden(asr, f0, n, style), style, f0)
+
+    def hidden(self, asr: mx.array, f0: mx.array, n: mx.array, style: mx.array) -> mx.array:
+        """The generator's input, ``(2 * frames, 512)``: text features with F0 and energy."""
+        f0_frames = self.f0_conv(f0[:, None])
+        n_frames = self.n_conv(n[:, None])
+        x = self.encode(mx.concatenate([asr, f0_frames, n_frames], axis=1), style)
+        residual = mx.concatenate([self.asr_res(asr), f0_frames, n_frames], axis=1)
+        for block in self.decode:
+            x = block(mx.concatenate([x, residual], axis=1), style)
+        return x

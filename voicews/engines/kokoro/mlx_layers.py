@@ -1,0 +1,178 @@
+"""The building blocks Kokoro's MLX components share: convolutions, norms (plain and
+conditioned on the style vector), linear layers, the bidirectional LSTM, StyleTTS 2's residual
+block. ``(time, channels)`` layout throughout, one utterance at a time."""
+
+from __future__ import annotations
+
+import math
+
+import mlx.core as mx
+import numpy as np
+
+from ..mlx_piper.model import Conv, leaky_relu
+
+Weights = dict[str, mx.array]
+
+
+def same_conv(w: Weights, module: str, matmul: bool, *, dilation: int = 1) -> Conv:
+    """A stride-1 convolution with 'same' padding (every one of Kokoro's has an odd kernel)."""
+    weight = w[f"{module}.weight"]
+    pad = dilation * (int(weight.shape[1]) - 1) // 2
+    return Conv(
+        weight,
+        w.get(f"{module}.bias"),
+        dilation=dilation,
+        pad_left=pad,
+        pad_right=pad,
+        matmul=matmul,
+    )
+
+
+class StridedConv:
+    """A strided convolution as a stride-1 one over blocks of ``stride`` samples: the kernel is
+    zero-padded to whole blocks, so nothing is computed for the outputs that are skipped."""
+
+    def __init__(
+        self, weight: mx.array, bias: mx.array, stride: int, padding: int, matmul: bool
+    ) -> None:
+        w = np.asarray(weight)  # (O, K, I)
+        out_channels, kernel, in_channels = w.shape
+        blocks = -(-kernel // stride)
+        padded = np.zeros((out_channels, blocks * stride, in_channels), np.float32)
+        padded[:, :kernel] = w
+        self._conv = Conv(
+            mx.array(padded.reshape(out_channels, blocks, stride * in_channels)),
+            bias,
+            matmul=matmul,
+        )
+        self.kernel, self.stride, self.padding = int(kernel), stride, padding
+        self.blocks = blocks
+
+    def __call__(self, x: mx.array) -> mx.array:
+        length, channels = x.shape
+        out = (length + 2 * self.padding - self.kernel) // self.stride + 1
+        total = (out + self.blocks - 1) * self.stride
+        right = max(total - length - self.padding, 0)
+        x = mx.pad(x, [(self.padding, right), (0, 0)])[:total]
+        return self._conv.valid(x.reshape(total // self.stride, self.stride * channels))[:out]
+
+
+def instance_norm(x: mx.array, eps: float = 1e-5) -> mx.array:
+    mean = mx.mean(x, axis=0, keepdims=True)
+    centered = x - mean
+    return centered * mx.rsqrt(mx.mean(centered * centered, axis=0, keepdims=True) + eps)
+
+
+def layer_norm(x: mx.array, weight: mx.array, bias: mx.array, eps: float) -> mx.array:
+    return mx.fast.layer_norm(x, weight, bias, eps)
+
+
+class Linear:
+    """``x @ W.T + b``, with ``W.T`` made contiguous once."""
+
+    def __init__(self, w: Weights, module: str) -> None:
+        self.weight_t = mx.array(np.ascontiguousarray(np.asarray(w[f"{module}.weight"]).T))
+        self.bias = w.get(f"{module}.bias")
+
+    def __call__(self, x: mx.array) -> mx.array:
+        return x @ self.weight_t if self.bias is None else mx.addmm(self.bias, x, self.weight_t)
+
+
+class AdaIN:
+    """Instance norm whose scale and shift come from the style vector."""
+
+    def __init__(self, w: Weights, module: str) -> None:
+        self.fc = Linear(w, f"{module}.fc")
+
+    def __call__(self, x: mx.array, style: mx.array) -> mx.array:
+        gamma, beta = mx.split(self.fc(style), 2)
+        return (1.0 + gamma) * instance_norm(x) + beta
+
+
+class AdaLayerNorm:
+    def __init__(self, w: Weights, module: str) -> None:
+        self.fc = Linear(w, f"{module}.fc")
+
+    def __call__(self, x: mx.array, style: mx.array) -> mx.array:
+        gamma, beta = mx.split(self.fc(style), 2)
+        return (1.0 + gamma) * mx.fast.layer_norm(x, None, None, 1e-5) + beta
+
+
+class BiLSTM:
+    """PyTorch's bidirectional one-layer LSTM; both directions advance in one batched step."""
+
+    def __init__(self, w: Weights, module: str) -> None:
+        def both(name: str) -> tuple[mx.array, mx.array]:
+            return w[f"{module}.{name}_l0"], w[f"{module}.{name}_l0_reverse"]
+
+        w_ih, b_ih, b_hh, w_hh = (
+            both("weight_ih"),
+            both("bias_ih"),
+            both("bias_hh"),
+            both("weight_hh"),
+        )
+        self.hidden = int(w_hh[0].shape[1])
+        # Input projections for both directions in one matmul: (in, 2 * 4H).
+        self.w_in = mx.concatenate([w_ih[0].T, w_ih[1].T], axis=1)
+        self.b_in = mx.concatenate([b_ih[0] + b_hh[0], b_ih[1] + b_hh[1]])
+        self.w_h = mx.stack([w_hh[0].T, w_hh[1].T])  # (2, H, 4H)
+
+    def __call__(self, x: mx.array) -> mx.array:
+        length, hidden = x.shape[0], self.hidden
+        projected = mx.addmm(self.b_in, x, self.w_in).reshape(length, 2, 4 * hidden)
+        h = mx.zeros((2, 1, hidden))
+        c = mx.zeros((2, 1, hidden))
+        forward, backward = [], []
+        for t in range(length):
+            step = mx.stack([projected[t, 0], projected[length - 1 - t, 1]])[:, None, :]
+            gates = step + h @ self.w_h
+            i, f, g, o = mx.split(gates, 4, axis=-1)
+            c = mx.sigmoid(f) * c + mx.sigmoid(i) * mx.tanh(g)
+            h = mx.sigmoid(o) * mx.tanh(c)
+            forward.append(h[0, 0])
+            backward.append(h[1, 0])
+        return mx.concatenate([mx.stack(forward), mx.stack(backward[::-1])], axis=1)
+
+
+class DepthwiseUpsample:
+    """``ConvTranspose1d(C, C, 3, stride=2, padding=1, output_padding=1, groups=C)``: T -> 2T."""
+
+    def __init__(self, weight: mx.array, bias: mx.array) -> None:
+        self.taps = weight[:, :, 0].T  # (3, C)
+        self.bias = bias
+
+    def __call__(self, x: mx.array) -> mx.array:
+        nxt = mx.pad(x[1:], [(0, 1), (0, 0)])
+        even = x * self.taps[1] + self.bias
+        odd = x * self.taps[2] + nxt * self.taps[0] + self.bias
+        return mx.stack([even, odd], axis=1).reshape(2 * x.shape[0], x.shape[1])
+
+
+class AdainResBlock:
+    """StyleTTS 2's ``AdainResBlk1d``: two AdaIN/LeakyReLU/conv stages beside a shortcut,
+    optionally doubling the frame rate (nearest on the shortcut, a transposed conv inside)."""
+
+    def __init__(self, w: Weights, module: str, matmul: bool) -> None:
+        self.norm1, self.norm2 = AdaIN(w, f"{module}.norm1"), AdaIN(w, f"{module}.norm2")
+        self.conv1, self.conv2 = (
+            same_conv(w, f"{module}.conv1", matmul),
+            same_conv(w, f"{module}.conv2", matmul),
+        )
+        self.shortcut = (
+            same_conv(w, f"{module}.conv1x1", matmul) if f"{module}.conv1x1.weight" in w else None
+        )
+        self.pool = (
+            DepthwiseUpsample(w[f"{module}.pool.weight"], w[f"{module}.pool.bias"])
+            if f"{module}.pool.weight" in w
+            else None
+        )
+
+    def __call__(self, x: mx.array, style: mx.array) -> mx.array:
+        y = leaky_relu(self.norm1(x, style), 0.2)
+        if self.pool is not None:
+            y = self.pool(y)
+            x = mx.repeat(x, 2, axis=0)
+        y = self.conv2(leaky_relu(self.norm2(self.conv1(y), style), 0.2))
+        if self.shortcut is not None:
+            x = self.shortcut(x)
+        return (y + x) * (1.0 / math.sqrt(2.0))
