@@ -41,24 +41,31 @@ CALM_REPLY = (
 
 @dataclass(frozen=True, slots=True)
 class Calm:
-    """What a well-behaved session heard: seconds to first audio, and of silence after it."""
+    """What a well-behaved session heard: seconds to get in (from the TCP connect to its
+    ``session_created``), to first audio, and of silence after it."""
 
+    connect: float
     first_audio: float
     stall: float
 
     def __str__(self) -> str:
-        return f"first audio {self.first_audio * 1000:.0f} ms, stall {self.stall * 1000:.0f} ms"
+        return (
+            f"connect {self.connect * 1000:.0f} ms, first audio {self.first_audio * 1000:.0f} ms,"
+            f" stall {self.stall * 1000:.0f} ms"
+        )
 
 
 async def calm_turn(
     url: str, text: str = CALM_REPLY, tokens_per_s: float = 20.0, timeout: float = 60.0
 ) -> Calm:
     """One ordinary turn, streamed like an LLM reply; raises if it does not complete."""
+    start = time.monotonic()
     async with await RealtimeClient.connect(url, open_timeout=timeout) as client:
+        connect = time.monotonic() - start
         turn: SpokenTurn = await client.speak(text, tokens_per_s=tokens_per_s, timeout=timeout)
     if turn.done is None or turn.first_audio is None or turn.errors:
         raise RuntimeError(f"calm turn failed: done={turn.done} errors={turn.errors}")
-    return Calm(turn.first_audio, turn.stall())
+    return Calm(connect, turn.first_audio, turn.stall())
 
 
 async def alongside(url: str, attack: Awaitable[T], delay: float = 0.5) -> tuple[Calm, T]:
@@ -80,8 +87,12 @@ async def alongside(url: str, attack: Awaitable[T], delay: float = 0.5) -> tuple
 Connection = tuple[asyncio.StreamReader, asyncio.StreamWriter]
 
 
-async def connect(host: str, port: int) -> Connection:
-    return await asyncio.open_connection(host, port)
+async def connect(host: str, port: int, local: str | None = None) -> Connection:
+    """A TCP connection, from the loopback address ``local`` if given (Linux binds any of
+    127.0.0.0/8), so that one process can be many clients."""
+    return await asyncio.open_connection(
+        host, port, local_addr=None if local is None else (local, 0)
+    )
 
 
 def reset(writer: asyncio.StreamWriter) -> None:
@@ -194,16 +205,47 @@ async def slow_body(
     return await _trickle(reader, writer, body, interval, seconds)
 
 
-async def slow_head(host: str, port: int, interval: float = 1.0, seconds: float = 30.0) -> bytes:
+async def slow_head(
+    host: str, port: int, interval: float = 1.0, seconds: float = 30.0, local: str | None = None
+) -> bytes:
     """A WebSocket handshake sent one byte per ``interval`` (issue 10.7)."""
-    reader, writer = await connect(host, port)
+    reader, writer = await connect(host, port, local)
     return await _trickle(reader, writer, handshake(), interval, seconds)
 
 
-async def silent(host: str, port: int, seconds: float = 30.0) -> bytes:
+async def silent(host: str, port: int, seconds: float = 30.0, local: str | None = None) -> bytes:
     """A TCP connection that never sends a byte (issue 10.7)."""
-    reader, writer = await connect(host, port)
+    reader, writer = await connect(host, port, local)
     return await _trickle(reader, writer, b"", 1.0, seconds)
+
+
+async def exhaust(
+    host: str,
+    port: int,
+    connections: int = 600,
+    seconds: float = 30.0,
+    interval: float = 3.0,
+    addresses: int = 40,
+    retry: float = 1.0,
+) -> int:
+    """Connections that never finish a request, holding on (issue 32.1): half send nothing,
+    half trickle a handshake a byte per ``interval``; each one the server closes comes back
+    ``retry`` seconds later, until ``seconds`` have passed. They come from ``addresses``
+    loopback addresses (127.0.1.1 on), as many clients would. Returns the connections made."""
+    deadline = time.monotonic() + seconds
+
+    async def hold_on(index: int) -> int:
+        local = f"127.0.1.{1 + index % addresses}"
+        data, made = (b"" if index % 2 else handshake()), 0
+        while (left := deadline - time.monotonic()) > 0:
+            with contextlib.suppress(OSError):
+                reader, writer = await connect(host, port, local)
+                made += 1
+                await _trickle(reader, writer, data, interval, left)
+            await asyncio.sleep(retry)
+        return made
+
+    return sum(await asyncio.gather(*(hold_on(i) for i in range(connections))))
 
 
 async def _trickle(

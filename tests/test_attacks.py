@@ -1,6 +1,6 @@
 """Each hostile client of ``bench/hostile.py`` against a real server on loopback.
 
-One test per point of the hardening issues (10 and 15), scaled down to seconds: the attack
+One test per point of the hardening issues (10, 15 and 32), scaled down to seconds: the attack
 runs, a calm session speaks alongside where the issue measured one (its first audio and
 stall are printed, ``pytest -s`` shows them), and whatever the attacker held must come back
 within a bounded time.
@@ -9,10 +9,14 @@ within a bounded time.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import os
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
@@ -31,7 +35,13 @@ HOST = "127.0.0.1"
 def hardened(**server: object) -> ServerConfig:
     """Short keepalive and request deadlines, so what the defaults bound in tens of seconds
     is bounded here in one."""
-    short = replace(TEST_CONFIG, ping_interval=0.5, ping_timeout=0.5, request_timeout=0.5)
+    short = replace(
+        TEST_CONFIG,
+        ping_interval=0.5,
+        ping_timeout=0.5,
+        handshake_timeout=0.5,
+        request_timeout=0.5,
+    )
     return replace(short, **server)  # type: ignore[arg-type]
 
 
@@ -211,8 +221,8 @@ async def test_silent_and_trickling_connections_are_closed_at_the_request_deadli
         fds = resources().fds
         start = time.monotonic()
         idle = asyncio.gather(
-            *(hostile.silent(HOST, srv.port, seconds=10) for _ in range(8)),
-            *(hostile.slow_head(HOST, srv.port, interval=0.1, seconds=10) for _ in range(8)),
+            *(hostile.silent(HOST, srv.port, 10, local="127.0.3.1") for _ in range(8)),
+            *(hostile.slow_head(HOST, srv.port, 0.1, 10, local="127.0.3.2") for _ in range(8)),
         )
         calm, answers = await alongside(srv.url, idle, delay=0.2)
         took = time.monotonic() - start
@@ -222,20 +232,101 @@ async def test_silent_and_trickling_connections_are_closed_at_the_request_deadli
         await until(lambda: resources().fds <= fds, 2, "10.7 descriptors back")
 
 
-async def test_connections_over_the_cap_are_refused_at_once() -> None:
-    async with running(replace(hardened(), request_timeout=5.0, max_connections=6)) as srv:
-        held = [await hostile.connect(HOST, srv.port) for _ in range(6)]
+async def test_connections_over_the_cap_are_refused_when_none_is_waiting() -> None:
+    """Six upgraded sessions fill a cap of six: nothing waits for a request head, so a
+    seventh connection is refused at once."""
+    async with running(replace(hardened(), handshake_timeout=5.0, max_connections=6)) as srv:
+        held = [await hostile.websocket(HOST, srv.port) for _ in range(6)]
         try:
-            await until(lambda: len(srv.connections) == 6, 2, "10.7 six connections open")
+            await until(lambda: len(srv.connections) == 6, 2, "10.7 six sessions open")
             assert metric(srv, "voicews_connections_open") == 6
             extra = await hostile.raw_request(HOST, srv.port, b"GET /healthz HTTP/1.1\r\n\r\n")
             assert extra.startswith(b"HTTP/1.1 503")
             assert metric(srv, "voicews_connections_dropped_total", reason="connection_cap") == 1
         finally:
             for _, writer in held:
-                writer.close()
+                hostile.reset(writer)
         await until(lambda: len(srv.connections) == 0, 2, "10.7 held connections gone")
         assert (await http_get(srv.port, "/healthz"))[0] == 200
+
+
+# --- 32.1: connection exhaustion ---------------------------------------------------------
+
+
+async def test_a_full_server_evicts_the_connection_waiting_longest_for_its_request() -> None:
+    """Six connections that send nothing fill a cap of six; a seventh is served, and the
+    first of the six, the one that waited longest, is closed with 503."""
+    async with running(replace(hardened(), handshake_timeout=5.0, max_connections=6)) as srv:
+        held = []
+        for index in range(6):
+            held.append(await hostile.connect(HOST, srv.port, f"127.0.2.{index + 1}"))
+            await until(lambda: len(srv.connections) == len(held), 2, f"32.1 {len(held)} held")
+        try:
+            status, _, _ = await http_get(srv.port, "/healthz")
+            assert status == 200
+            first, _ = held[0]
+            assert (await asyncio.wait_for(first.read(), timeout(2))).startswith(b"HTTP/1.1 503")
+            assert evictions(srv) == 1
+            assert metric(srv, "voicews_connections_dropped_total", reason="connection_cap") == 0
+            assert all(not reader.at_eof() for reader, _ in held[1:])
+        finally:
+            for _, writer in held:
+                writer.close()
+
+
+async def test_one_address_holds_at_most_its_share_of_waiting_connections() -> None:
+    """Forty silent connections from one address on a cap of 16 waiting per address: each
+    past the 16th evicts that address's longest waiting, so 16 are left, and a client from
+    the same address still gets in at once."""
+    async with running(replace(hardened(), handshake_timeout=5.0)) as srv:
+        held = [await hostile.connect(HOST, srv.port) for _ in range(40)]
+        try:
+            await until(lambda: evictions(srv) == 24, 3, "32.1 24 evicted")
+            assert srv.policy is not None and len(srv.policy.waiting) == 16
+            start = time.monotonic()
+            async with await RealtimeClient.connect(srv.url) as client:
+                assert client.created.session_id
+            took = time.monotonic() - start
+            print(f"32.1 a client beside 16 waiting from its address: in {took * 1000:.0f} ms")
+        finally:
+            for _, writer in held:
+                writer.close()
+
+
+async def test_six_hundred_connections_that_never_finish_a_request_lock_no_one_out() -> None:
+    """Issue 32.1 at full size: 300 connections that send nothing and 300 that trickle a
+    handshake a byte every 3 s, from 40 addresses, each coming back a second after it is
+    closed, on the default handshake deadline (5 s) and a cap of 256 connections. A calm
+    client connecting in the middle of it gets in within 1 s and its audio stalls at most
+    100 ms. The attackers run in a process of their own, as they would on another machine:
+    in this one, their churn (some 300 connections a second) would be the test's own load."""
+    assert ServerConfig().handshake_timeout == 5.0
+    async with running(TEST_CONFIG) as srv:
+        await hostile.calm_turn(srv.url, "Warm up.")
+        attack = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-c",
+            f"import asyncio, hostile; print(asyncio.run(hostile.exhaust('{HOST}', {srv.port},"
+            f" connections=600, seconds={timeout(14)})))",
+            env={**os.environ, "PYTHONPATH": str(Path(hostile.__file__).parent)},
+            stdout=asyncio.subprocess.PIPE,
+        )
+        try:
+            await until(lambda: len(srv.connections) >= 256, 10, "32.1 the cap reached")
+            calm = await hostile.calm_turn(srv.url)
+            made, _ = await asyncio.wait_for(attack.communicate(), timeout(30))
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                attack.kill()
+            await attack.wait()
+        print(f"32.1 600 attackers, {int(made)} connections, {evictions(srv):.0f} evicted: {calm}")
+        assert calm.connect < 1.0, calm
+        assert calm.stall <= timeout(0.1), calm
+        assert evictions(srv) > 0
+
+
+def evictions(srv: VoicewsServer) -> float:
+    return metric(srv, "voicews_connections_dropped_total", reason="evicted")
 
 
 # --- 10.8: HTTP framing ---------------------------------------------------------------------

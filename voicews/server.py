@@ -62,12 +62,20 @@ class ServerConfig:
     max_sessions: int = 64
     """Concurrent sessions, speech requests included; more are refused (HTTP 503). Each
     session is told it in ``session_created.limits``."""
+    handshake_timeout: float = 5.0
+    """Seconds a request head (a WebSocket handshake too) may take to arrive, from the
+    connection's first byte: silent and trickling connections are closed (408)."""
     request_timeout: float = 10.0
-    """Seconds a request head (a WebSocket handshake too) may take to arrive, and then a
-    speech request's body: silent and trickling connections are closed (408)."""
+    """Seconds a speech request's body may take to arrive once its head has (then 408), and a
+    Wyoming event once its first byte has."""
     max_connections: int | None = None
-    """Open connections at once, HTTP and WebSocket together; None: four per session slot.
-    Past it a new connection gets 503 and is closed."""
+    """Open connections at once, HTTP, WebSocket and Wyoming together; None: four per session
+    slot. Past it a new connection evicts the one waiting longest for its request head (503);
+    if none is waiting, the new one gets 503 and is closed."""
+    max_waiting_per_address: int = 16
+    """Connections from one client address still waiting for their request head; one more
+    evicts that address's longest waiting (503). A client's own handshake takes milliseconds,
+    so this binds only connections that hold on without finishing theirs."""
     session: SessionConfig = field(default_factory=SessionConfig)
     access: AccessPolicy = field(default_factory=AccessPolicy)
     agent_model: str | None = None
@@ -125,6 +133,8 @@ class VoicewsServer:
             head_timeout=self.config.request_timeout,
             max_connections=4 * self.config.max_sessions if connections is None else connections,
             write_timeout=self.config.ping_interval + self.config.ping_timeout,
+            handshake_timeout=self.config.handshake_timeout,
+            max_waiting_per_address=self.config.max_waiting_per_address,
         )
 
         def dropped(reason: str) -> None:

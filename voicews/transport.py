@@ -3,10 +3,14 @@
 uvicorn's own HTTP/1.1 (h11) and WebSocket (``websockets`` sans-I/O) protocols, each with
 the few bounds they lack:
 
-- a request head (and so a WebSocket handshake) must arrive within ``head_timeout``, from
-  the connection's first byte and again after each keep-alive response: silent and
+- a request head (and so a WebSocket handshake) must arrive within ``handshake_timeout``,
+  from the connection's first byte and again after each keep-alive response: silent and
   trickling connections are closed (408) instead of holding a descriptor for ever;
-- at most ``max_connections`` connections at once; past that a new one gets 503 and is closed;
+- at most ``max_waiting_per_address`` connections from one client address wait for their
+  request head at once: one more from that address evicts the longest waiting (503);
+- at most ``max_connections`` connections at once; past that a new one evicts the connection
+  that has waited longest for its request head (503), and only when none is waiting is the
+  new one refused (503): connections that never finish a request cannot lock others out;
 - ambiguous framing (``Transfer-Encoding`` with ``Content-Length``, obs-fold header lines)
   is refused with 400 and the connection closed (RFC 9112, sections 6.3 and 5.2);
 - a WebSocket peer that does not read stops being read: pongs to its pings, like everything
@@ -23,7 +27,7 @@ import asyncio
 import re
 import socket
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 import h11
@@ -41,10 +45,13 @@ class TransportLimits:
     """The bounds (``ServerConfig`` holds their defaults)."""
 
     head_timeout: float
-    """Seconds a request head (a WebSocket handshake too) may take to arrive; and a Wyoming
-    event, from its first byte."""
+    """Seconds a Wyoming event may take to be whole, from its first byte."""
     max_connections: int
     """Open connections at once, HTTP, WebSocket and Wyoming together."""
+    handshake_timeout: float
+    """Seconds a request head (a WebSocket handshake too) may take to arrive."""
+    max_waiting_per_address: int
+    """Connections from one client address waiting for their request head at once."""
     write_timeout: float
     """Seconds a Wyoming peer may leave what we send it unread before it counts as gone
     (a WebSocket peer has the keepalive ping for that)."""
@@ -59,6 +66,45 @@ class TransportPolicy:
     that is not an event, or one over the size limit)."""
     open_connections: Callable[[], int]
     """How many are open now, on every listener: what the cap counts."""
+    waiting: Waiting = field(default_factory=lambda: Waiting())
+    """The HTTP connections waiting for a request head: what a full server evicts."""
+
+
+class Waiting:
+    """Connections waiting for a request head, longest waiting first, also per client address.
+
+    A client that completes its request does so in milliseconds; one that has waited longest
+    is the likeliest to be holding a connection it will never use, so it is the one to evict.
+    """
+
+    def __init__(self) -> None:
+        self._all: dict[StrictH11Protocol, str] = {}  # insertion order: longest waiting first
+        self._by_address: dict[str, dict[StrictH11Protocol, None]] = {}
+
+    def __len__(self) -> int:
+        return len(self._all)
+
+    def add(self, connection: StrictH11Protocol, address: str) -> None:
+        self.discard(connection)
+        self._all[connection] = address
+        self._by_address.setdefault(address, {})[connection] = None
+
+    def discard(self, connection: StrictH11Protocol) -> None:
+        address = self._all.pop(connection, None)
+        if address is None:
+            return
+        same = self._by_address[address]
+        del same[connection]
+        if not same:
+            del self._by_address[address]
+
+    def count(self, address: str) -> int:
+        return len(self._by_address.get(address, ()))
+
+    def longest(self, address: str | None = None) -> StrictH11Protocol | None:
+        """The connection waiting longest, from ``address`` or from anywhere."""
+        order = self._all if address is None else self._by_address.get(address, {})
+        return next(iter(order), None)
 
 
 class _StrictConnection(h11.Connection):
@@ -91,15 +137,32 @@ class StrictH11Protocol(H11Protocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         super().connection_made(transport)  # type: ignore[arg-type]
-        if self.policy.open_connections() > self.policy.limits.max_connections:
-            self.policy.dropped("connection_cap")
-            self._answer_and_close(503, "Service Unavailable")
-            return
+        policy, address = self.policy, self._address()
+        if policy.waiting.count(address) >= policy.limits.max_waiting_per_address:
+            self._evict(policy.waiting.longest(address))
+        elif policy.open_connections() > policy.limits.max_connections:
+            oldest = policy.waiting.longest()
+            if oldest is None:
+                policy.dropped("connection_cap")
+                self._answer_and_close(503, "Service Unavailable")
+                return
+            self._evict(oldest)
         self._await_head()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._cancel_head_timer()
         super().connection_lost(exc)
+
+    def _address(self) -> str:
+        return self.client[0] if self.client else ""
+
+    def _evict(self, connection: StrictH11Protocol | None) -> None:
+        """Close a connection still waiting for its request head, to make room for this one."""
+        if connection is None:
+            return
+        connection._cancel_head_timer()
+        self.policy.dropped("evicted")
+        connection._answer_and_close(503, "Service Unavailable")
 
     def data_received(self, data: bytes) -> None:
         super().data_received(data)
@@ -122,15 +185,18 @@ class StrictH11Protocol(H11Protocol):
 
     def _await_head(self) -> None:
         self._cancel_head_timer()
-        self._head_timer = self.loop.call_later(self.policy.limits.head_timeout, self._head_timeout)
+        seconds = self.policy.limits.handshake_timeout
+        self._head_timer = self.loop.call_later(seconds, self._head_timeout)
+        self.policy.waiting.add(self, self._address())
 
     def _cancel_head_timer(self) -> None:
+        self.policy.waiting.discard(self)
         if self._head_timer is not None:
             self._head_timer.cancel()
             self._head_timer = None
 
     def _head_timeout(self) -> None:
-        self._head_timer = None
+        self._cancel_head_timer()
         if self.transport.is_closing() or self.conn.their_state is not h11.IDLE:
             return
         self.policy.dropped("head_timeout")
