@@ -87,12 +87,23 @@ async def alongside(url: str, attack: Awaitable[T], delay: float = 0.5) -> tuple
 Connection = tuple[asyncio.StreamReader, asyncio.StreamWriter]
 
 
-async def connect(host: str, port: int, local: str | None = None) -> Connection:
+async def connect(
+    host: str, port: int, local: str | None = None, receive_buffer: int | None = None
+) -> Connection:
     """A TCP connection, from the loopback address ``local`` if given (Linux binds any of
-    127.0.0.0/8), so that one process can be many clients."""
-    return await asyncio.open_connection(
-        host, port, local_addr=None if local is None else (local, 0)
-    )
+    127.0.0.0/8), so that one process can be many clients; with a small ``receive_buffer``,
+    a client that stops reading stops the server's writes soon."""
+    if receive_buffer is None:
+        return await asyncio.open_connection(
+            host, port, local_addr=None if local is None else (local, 0)
+        )
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, receive_buffer)
+    sock.setblocking(False)
+    if local is not None:
+        sock.bind((local, 0))
+    await asyncio.get_running_loop().sock_connect(sock, (host, port))
+    return await asyncio.open_connection(sock=sock)
 
 
 def reset(writer: asyncio.StreamWriter) -> None:
@@ -119,10 +130,14 @@ def handshake(path: str = REALTIME_PATH, headers: dict[str, str] | None = None) 
 
 
 async def websocket(
-    host: str, port: int, path: str = REALTIME_PATH, headers: dict[str, str] | None = None
+    host: str,
+    port: int,
+    path: str = REALTIME_PATH,
+    headers: dict[str, str] | None = None,
+    receive_buffer: int | None = None,
 ) -> Connection:
     """A raw WebSocket, upgraded; raises with the status line if the server refuses."""
-    reader, writer = await connect(host, port)
+    reader, writer = await connect(host, port, receive_buffer=receive_buffer)
     writer.write(handshake(path, headers))
     head = await reader.readuntil(b"\r\n\r\n")
     if not head.startswith(b"HTTP/1.1 101"):
@@ -176,10 +191,17 @@ async def flood_then_hang(
     return writer
 
 
-async def ping_flood(host: str, port: int, megabytes: float = 20.0, seconds: float = 5.0) -> int:
-    """WebSocket pings (125-byte payloads) without reading a pong (issue 10.5); returns the
-    bytes written before the server stopped reading or ``seconds`` ran out."""
-    _, writer = await websocket(host, port)
+async def ping_flood(
+    host: str,
+    port: int,
+    megabytes: float = 20.0,
+    seconds: float = 5.0,
+    receive_buffer: int | None = None,
+) -> int:
+    """WebSocket pings (125-byte payloads) without reading a pong (issues 10.5 and 32.2);
+    returns the bytes written before the server stopped reading or dropped us, or ``seconds``
+    ran out."""
+    _, writer = await websocket(host, port, receive_buffer=receive_buffer)
     ping = frame(Opcode.PING, b"p" * 125)
     try:
         return await send_for(writer, ping * 512, int(megabytes * 2**20), seconds)

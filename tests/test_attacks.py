@@ -19,6 +19,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from websockets.exceptions import ConnectionClosed
 
 import hostile
 from conftest import TEST_CONFIG, http_get, resources, running, timeout
@@ -189,6 +190,64 @@ async def test_a_ping_flood_that_reads_no_pong_is_not_buffered() -> None:
         )
         assert sent < 16 * 2**20  # the server stopped reading well before 32 MiB
         assert peak < 2**20
+
+
+# --- 32.2: a ping flood from a peer that reads nothing ------------------------------------
+
+
+async def test_a_peer_that_reads_none_of_its_pongs_is_dropped_and_holds_little() -> None:
+    """A client with a 4 KiB receive buffer sends pings and reads nothing: the server stops
+    reading it once it owes 64 KiB, its write buffer stays under a read's worth past that,
+    the process grows by at most a few MiB, and after ``ping_timeout`` (here 1 s; the
+    keepalive, 30 s away, plays no part) it drops the connection (1006) and the session."""
+    config = replace(TEST_CONFIG, ping_interval=30.0, ping_timeout=1.0)
+    async with running(config) as srv:
+        await hostile.calm_turn(srv.url, "Warm up.")
+        rss, peak_rss, peak_buffer = resources().rss, 0, 0
+
+        async def watch() -> None:
+            nonlocal peak_rss, peak_buffer
+            while True:
+                sizes = [c.transport.get_write_buffer_size() for c in list(srv.connections)]
+                peak_buffer = max([peak_buffer, *sizes])
+                with open("/proc/self/statm") as statm:
+                    peak_rss = max(
+                        peak_rss, int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+                    )
+                await asyncio.sleep(0.01)
+
+        watcher = asyncio.create_task(watch())
+        start = time.monotonic()
+        try:
+            flood = hostile.ping_flood(HOST, srv.port, 64, timeout(10), receive_buffer=4096)
+            sent = await flood
+        finally:
+            watcher.cancel()
+        took = time.monotonic() - start
+        grown = (peak_rss - rss) / 2**20
+        print(
+            f"32.2 ping flood, 4 KiB receive buffer: {sent / 2**20:.1f} MiB sent in {took:.1f} s, "
+            f"server write buffer peak {peak_buffer / 2**10:.0f} KiB, RSS peak +{grown:.1f} MiB"
+        )
+        assert metric(srv, "voicews_connections_dropped_total", reason="unread_output") == 1
+        assert took < timeout(5)
+        assert peak_buffer < 512 * 2**10
+        assert sent < 8 * 2**20
+        assert grown < 16
+        await until(lambda: slots_back(srv) and not srv.connections, 2, "32.2 session gone")
+
+
+@pytest.mark.parametrize("fragments", [1, 3], ids=["whole", "fragmented"])
+async def test_a_message_over_the_hard_limit_closes_with_1009(fragments: int) -> None:
+    """Past the transport's hard limit (1 MiB with the defaults) a message is not buffered
+    on: the connection closes with 1009, whether it came in one frame or in fragments that
+    are each under the limit."""
+    async with running(hardened()) as srv, await RealtimeClient.connect(srv.url) as client:
+        piece = "a" * (2**20 // 2)
+        await client.ws.send(piece * 3 if fragments == 1 else iter([piece] * fragments))
+        with pytest.raises(ConnectionClosed) as closed:
+            await asyncio.wait_for(client.ws.recv(), timeout(5))
+        assert closed.value.rcvd is not None and closed.value.rcvd.code == 1009
 
 
 # --- 10.6: deep JSON ------------------------------------------------------------------------

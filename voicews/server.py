@@ -27,11 +27,11 @@ from .engines import engine_factory, engine_voices
 from .protocol import REALTIME_PATH
 from .session import SessionConfig
 from .transport import (
-    BoundedWebSocketProtocol,
     TransportLimits,
     TransportPolicy,
     http_protocol,
     listening_socket,
+    websocket_protocol,
 )
 from .worker import ComputeWorker
 
@@ -55,7 +55,7 @@ class ServerConfig:
     queue (where barge-in can drop it) rather than in seconds of unretractable kernel buffer."""
     ping_interval: float = 20.0
     """Seconds between keepalive pings; a peer that does not answer within ``ping_timeout``
-    is dropped."""
+    is dropped, and so is one that leaves what we owe it (past 64 KiB) unread that long."""
     ping_timeout: float = 20.0
     drain_timeout: float = 30.0
     """On shutdown, how long live turns may take to finish."""
@@ -135,6 +135,7 @@ class VoicewsServer:
             write_timeout=self.config.ping_interval + self.config.ping_timeout,
             handshake_timeout=self.config.handshake_timeout,
             max_waiting_per_address=self.config.max_waiting_per_address,
+            unread_timeout=self.config.ping_timeout,
         )
 
         def dropped(reason: str) -> None:
@@ -155,7 +156,7 @@ class VoicewsServer:
         config = uvicorn.Config(
             app,
             http=http_protocol(policy),
-            ws=BoundedWebSocketProtocol,
+            ws=websocket_protocol(policy),
             lifespan="off",
             # Frames past our own limit get a typed error; only absurd ones close the socket.
             ws_max_size=max(4 * self.config.session.max_message_bytes, 1 << 20),

@@ -13,8 +13,9 @@ the few bounds they lack:
   new one refused (503): connections that never finish a request cannot lock others out;
 - ambiguous framing (``Transfer-Encoding`` with ``Content-Length``, obs-fold header lines)
   is refused with 400 and the connection closed (RFC 9112, sections 6.3 and 5.2);
-- a WebSocket peer that does not read stops being read: pongs to its pings, like everything
-  else we send it, wait in a bounded write buffer, never in an unbounded one;
+- a WebSocket peer that does not read stops being read: once what we owe it (pongs to its
+  pings, like everything else) passes the write buffer's high mark (64 KiB), we read nothing
+  more from it, and if it stays past the mark for ``unread_timeout`` it is dropped;
 - a WebSocket peer that misses a keepalive pong, or never answers our close, is aborted:
   closing politely would wait for ever to flush a buffer it will not read.
 
@@ -52,6 +53,9 @@ class TransportLimits:
     """Seconds a request head (a WebSocket handshake too) may take to arrive."""
     max_waiting_per_address: int
     """Connections from one client address waiting for their request head at once."""
+    unread_timeout: float
+    """Seconds a WebSocket peer may leave what we owe it past the write buffer's high mark
+    before it is dropped."""
     write_timeout: float
     """Seconds a Wyoming peer may leave what we send it unread before it counts as gone
     (a WebSocket peer has the keepalive ping for that)."""
@@ -61,9 +65,10 @@ class TransportLimits:
 class TransportPolicy:
     limits: TransportLimits
     dropped: Callable[[str], None]
-    """Told why a connection was dropped: ``connection_cap``, ``head_timeout``,
-    ``invalid_request`` (ambiguous framing or a malformed head, answered 400; a Wyoming line
-    that is not an event, or one over the size limit)."""
+    """Told why a connection was dropped: ``connection_cap``, ``evicted`` (it waited longest
+    for its request head when a new one needed room), ``head_timeout``, ``invalid_request``
+    (ambiguous framing or a malformed head, answered 400; a Wyoming line that is not an event,
+    or one over the size limit), ``unread_output`` (a WebSocket peer that read nothing)."""
     open_connections: Callable[[], int]
     """How many are open now, on every listener: what the cap counts."""
     waiting: Waiting = field(default_factory=lambda: Waiting())
@@ -209,24 +214,54 @@ class StrictH11Protocol(H11Protocol):
         self.transport.close()
 
 
+WRITE_HIGH_MARK = 64 * 1024
+"""Bytes we may owe a WebSocket peer before we stop reading it (asyncio's own default,
+stated): what one peer that reads nothing can make us hold, with one read's worth of pongs."""
+
+
 class BoundedWebSocketProtocol(WebSocketsSansIOProtocol):
     """uvicorn's sans-I/O WebSocket, reading nothing while its write buffer is full, and
-    aborting peers that stop answering."""
+    aborting peers that stop answering or stop reading."""
+
+    policy: ClassVar[TransportPolicy]
+    """Set by :func:`websocket_protocol`."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._write_paused = False
+        self._unread_timer: asyncio.TimerHandle | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        super().connection_made(transport)
+        self.transport.set_write_buffer_limits(high=WRITE_HIGH_MARK)
 
     def pause_writing(self) -> None:
         super().pause_writing()
         self._write_paused = True
         self.transport.pause_reading()
+        self._cancel_unread_timer()
+        seconds = self.policy.limits.unread_timeout
+        self._unread_timer = self.loop.call_later(seconds, self._unread_timeout)
 
     def resume_writing(self) -> None:
         super().resume_writing()
         self._write_paused = False
+        self._cancel_unread_timer()
         if not self.read_paused:
             self.transport.resume_reading()
+
+    def _cancel_unread_timer(self) -> None:
+        if self._unread_timer is not None:
+            self._unread_timer.cancel()
+            self._unread_timer = None
+
+    def _unread_timeout(self) -> None:
+        """Still owed more than the high mark: the peer reads nothing. A close frame would
+        wait behind what it does not read, so the connection is dropped (1006)."""
+        self._unread_timer = None
+        if not self.transport.is_closing():
+            self.policy.dropped("unread_output")
+            self.transport.abort()
 
     async def receive(self) -> Any:
         message = await self.queue.get()
@@ -237,6 +272,7 @@ class BoundedWebSocketProtocol(WebSocketsSansIOProtocol):
         return message
 
     def connection_lost(self, exc: Exception | None) -> None:
+        self._cancel_unread_timer()
         if self.handshake_complete and self.conn.close_rcvd is None:
             # No closing handshake from the peer: abnormal closure, whatever came before.
             self.queue.put_nowait({"type": "websocket.disconnect", "code": 1006})
@@ -255,10 +291,18 @@ class BoundedWebSocketProtocol(WebSocketsSansIOProtocol):
             self.close_timer = self.loop.call_later(self.close_timeout, self.transport.abort)
 
 
-def listening_socket(host: str, port: int, send_buffer: int) -> socket.socket:
+RECEIVE_BUFFER = 64 * 1024
+"""Kernel receive buffer per accepted socket: clients send text and small requests, and a
+peer we stop reading (backpressure) then has its sends blocked after this much, not after
+the megabytes Linux's autotuning would take in for it."""
+
+
+def listening_socket(
+    host: str, port: int, send_buffer: int, receive_buffer: int = RECEIVE_BUFFER
+) -> socket.socket:
     """A TCP socket bound to ``host:port`` whose accepted connections send at once and buffer
     at most ``send_buffer`` bytes (a small buffer: a client that stops reading pauses its own
-    synthesis).
+    synthesis) and ``receive_buffer`` bytes they have not read.
 
     Nagle's algorithm off: asyncio turns it off only on sockets made with ``IPPROTO_TCP``
     named, and with it on, a frame written right after an event waited for the client's
@@ -270,6 +314,7 @@ def listening_socket(host: str, port: int, send_buffer: int) -> socket.socket:
     sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, send_buffer)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, receive_buffer)
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     sock.bind((host, port))
     return sock
@@ -279,6 +324,16 @@ def http_protocol(policy: TransportPolicy) -> type[StrictH11Protocol]:
     """The HTTP protocol class for uvicorn's ``http=``, bound to ``policy``."""
 
     class Bound(StrictH11Protocol):
+        pass
+
+    Bound.policy = policy
+    return Bound
+
+
+def websocket_protocol(policy: TransportPolicy) -> type[BoundedWebSocketProtocol]:
+    """The WebSocket protocol class for uvicorn's ``ws=``, bound to ``policy``."""
+
+    class Bound(BoundedWebSocketProtocol):
         pass
 
     Bound.policy = policy
