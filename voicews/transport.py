@@ -17,7 +17,9 @@ the few bounds they lack:
   pings, like everything else) passes the write buffer's high mark (64 KiB), we read nothing
   more from it, and if it stays past the mark for ``unread_timeout`` it is dropped;
 - a WebSocket peer that misses a keepalive pong, or never answers our close, is aborted:
-  closing politely would wait for ever to flush a buffer it will not read.
+  closing politely would wait for ever to flush a buffer it will not read;
+- a handshake with two ``Origin`` headers reaches the app, which refuses it (403) as it does
+  every malformed or refused origin, instead of getting a 400 from ``websockets``.
 
 :func:`listening_socket` makes the listeners both servers accept on.
 """
@@ -35,6 +37,7 @@ import h11
 from uvicorn.config import Config
 from uvicorn.protocols.http.h11_impl import H11Protocol
 from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIOProtocol
+from websockets.http11 import Request
 
 _OBS_FOLD = re.compile(rb"\r?\n[ \t]")
 _HEAD_END = re.compile(rb"\r?\n\r?\n")
@@ -270,6 +273,15 @@ class BoundedWebSocketProtocol(WebSocketsSansIOProtocol):
             if not self._write_paused:
                 self.transport.resume_reading()
         return message
+
+    def handle_connect(self, event: Request) -> None:
+        origins = event.headers.get_all("Origin")
+        if len(origins) > 1:
+            # Joined as one value, which the app refuses (403) like any malformed Origin;
+            # websockets would answer two with a 400 of its own.
+            del event.headers["Origin"]
+            event.headers["Origin"] = ", ".join(origins)
+        super().handle_connect(event)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._cancel_unread_timer()
