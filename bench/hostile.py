@@ -23,12 +23,12 @@ import struct
 import time
 from collections.abc import Awaitable
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import TypeVar, get_args
 
 from websockets.frames import Frame, Opcode
 
 from voicews.client import RealtimeClient, SpokenTurn
-from voicews.protocol import REALTIME_PATH, Error
+from voicews.protocol import OPUS_RATE, REALTIME_PATH, AudioUpdate, Encoding, Error, SampleRate
 
 T = TypeVar("T")
 
@@ -377,6 +377,31 @@ async def barge_in_storm(url: str, seconds: float = 5.0, turns_per_s: float = 60
         finally:
             reading.cancel()
     return turns
+
+
+async def update_storm(url: str, seconds: float = 5.0, per_s: float = 100.0) -> int:
+    """``session_update`` ``per_s`` times a second, each to another speed and audio format,
+    with a short turn after every tenth so each format is used (issue 32.4); everything the
+    server sends read as it comes. Returns the updates sent."""
+    rates, formats = get_args(get_args(SampleRate)[0]), get_args(Encoding)
+    async with await RealtimeClient.connect(url) as client:
+        reading = asyncio.ensure_future(_drain(client))
+        updates, deadline = 0, time.monotonic() + seconds
+        try:
+            while time.monotonic() < deadline:
+                updates += 1
+                encoding = formats[updates % len(formats)]
+                rate = OPUS_RATE if encoding == "opus" else rates[updates % len(rates)]
+                audio = AudioUpdate(sample_rate=rate, format=encoding)
+                await client.session_update(speed=0.5 + updates % 7 / 4, audio=audio)
+                if updates % 10 == 0:
+                    await client.turn_reset(f"update-{updates}")
+                    await client.text_delta("Hello there, this is another format.")
+                    await client.end_text()
+                await asyncio.sleep(1 / per_s)
+        finally:
+            reading.cancel()
+    return updates
 
 
 async def wyoming_storm(
