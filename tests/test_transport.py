@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import socket
 
-from voicews.transport import listening_socket
+from voicews.transport import Waiting, listening_socket
 
 
 async def test_accepted_connections_send_at_once_with_small_buffers() -> None:
@@ -31,3 +31,18 @@ async def test_accepted_connections_send_at_once_with_small_buffers() -> None:
         writer.close()
         server.close()
         await server.wait_closed()
+
+
+def test_waiting_connections_come_out_longest_waiting_first_per_address_too() -> None:
+    waiting = Waiting()
+    a1, b1, a2 = (object() for _ in range(3))
+    for connection, address in [(a1, "a"), (b1, "b"), (a2, "a")]:
+        waiting.add(connection, address)  # type: ignore[arg-type]
+    assert (len(waiting), waiting.count("a"), waiting.count("c")) == (3, 2, 0)
+    assert (waiting.longest(), waiting.longest("a"), waiting.longest("b")) == (a1, a1, b1)
+    waiting.discard(a1)  # type: ignore[arg-type]
+    waiting.add(b1, "b")  # type: ignore[arg-type]  # waiting again, from now
+    assert (waiting.longest(), waiting.longest("a"), waiting.longest("c")) == (a2, a2, None)
+    for connection in (a2, b1, b1):
+        waiting.discard(connection)  # type: ignore[arg-type]
+    assert (len(waiting), waiting.count("a"), waiting.longest()) == (0, 0, None)

@@ -61,7 +61,7 @@ class TransportLimits:
     before it is dropped."""
     write_timeout: float
     """Seconds a Wyoming peer may leave what we send it unread before it counts as gone
-    (a WebSocket peer has the keepalive ping for that)."""
+    (a WebSocket peer has ``unread_timeout``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,8 +146,12 @@ class StrictH11Protocol(H11Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         super().connection_made(transport)  # type: ignore[arg-type]
         policy, address = self.policy, self._address()
-        if policy.waiting.count(address) >= policy.limits.max_waiting_per_address:
-            self._evict(policy.waiting.longest(address))
+        same = policy.waiting.longest(address)
+        if (
+            same is not None
+            and policy.waiting.count(address) >= policy.limits.max_waiting_per_address
+        ):
+            self._evict(same)
         elif policy.open_connections() > policy.limits.max_connections:
             oldest = policy.waiting.longest()
             if oldest is None:
@@ -164,10 +168,8 @@ class StrictH11Protocol(H11Protocol):
     def _address(self) -> str:
         return self.client[0] if self.client else ""
 
-    def _evict(self, connection: StrictH11Protocol | None) -> None:
+    def _evict(self, connection: StrictH11Protocol) -> None:
         """Close a connection still waiting for its request head, to make room for this one."""
-        if connection is None:
-            return
         connection._cancel_head_timer()
         self.policy.dropped("evicted")
         connection._answer_and_close(503, "Service Unavailable")
