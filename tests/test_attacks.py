@@ -203,17 +203,14 @@ async def test_a_peer_that_reads_none_of_its_pongs_is_dropped_and_holds_little()
     config = replace(TEST_CONFIG, ping_interval=30.0, ping_timeout=1.0)
     async with running(config) as srv:
         await hostile.calm_turn(srv.url, "Warm up.")
-        rss, peak_rss, peak_buffer = resources().rss, 0, 0
+        rss, peak_rss, peak_buffer = rss_now(), 0, 0
 
         async def watch() -> None:
             nonlocal peak_rss, peak_buffer
             while True:
                 sizes = [c.transport.get_write_buffer_size() for c in list(srv.connections)]
                 peak_buffer = max([peak_buffer, *sizes])
-                with open("/proc/self/statm") as statm:
-                    peak_rss = max(
-                        peak_rss, int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-                    )
+                peak_rss = max(peak_rss, rss_now())
                 await asyncio.sleep(0.01)
 
         watcher = asyncio.create_task(watch())
@@ -459,3 +456,28 @@ async def test_long_tokens_cost_what_ordinary_text_costs() -> None:
                 assert any("section/" * 400 in s.text for s in turn.segments)
                 assert turn.duration < 8
         assert resources().rss - before < 400 * 2**20
+
+
+# --- 32.4: memory given back -----------------------------------------------------------------
+
+
+def rss_now() -> int:
+    """Resident bytes as they are: no collection, no trim, so what the allocators keep counts."""
+    with open("/proc/self/statm") as statm:
+        return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+async def test_memory_a_long_input_takes_is_given_back_once_it_is_spoken() -> None:
+    """A long input's inferences are the largest the engine runs (the session-abuse family
+    grew the process by 126 MiB through them and kept it all, with no client left): once it
+    has been spoken the process is back within 48 MiB of where it was, calm sessions alike."""
+    async with running(hardened()) as srv:
+        for _ in range(3):
+            await hostile.calm_turn(srv.url)
+        before = rss_now()
+        calm, turn = await alongside(srv.url, hostile.speak(srv.url, "你好" * 40), delay=0.2)
+        assert turn.done is not None and turn.duration > 20
+        await asyncio.sleep(1)
+        kept = (rss_now() - before) / 2**20
+        print(f"32.4 {turn.duration:.0f} s of a long input: RSS {kept:+.0f} MiB after; calm {calm}")
+        assert kept < 48

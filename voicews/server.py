@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ctypes
 import os
 import socket
 from collections.abc import Iterator
@@ -86,6 +87,22 @@ class ServerConfig:
     the same sessions and worker (``voicews.wyoming``; needs the ``wyoming`` package)."""
 
 
+MMAP_THRESHOLD = 256 * 1024
+"""Buffers this large or larger are mapped on their own by glibc's malloc (``mallopt``)."""
+
+
+def give_back_freed_memory() -> None:
+    """Make glibc map every buffer of ``MMAP_THRESHOLD`` or more on its own, so that freeing
+    it gives it back to the system. By default the threshold rises to the largest buffer
+    freed so far (up to 32 MiB), and from then on such buffers come from heaps that shrink
+    only from their top: the session-abuse family left 126 MiB that way (and 290 MiB once
+    onnxruntime's arena gave its regions back to glibc), kept with no client connected; with
+    this, 2 MiB. Nothing where the C library is not glibc."""
+    m_mmap_threshold = -3
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL("libc.so.6").mallopt(m_mmap_threshold, MMAP_THRESHOLD)
+
+
 class _Embedded(uvicorn.Server):
     """uvicorn without its own signal handlers: the service decides how to shut down."""
 
@@ -108,6 +125,7 @@ class VoicewsServer:
 
     async def start(self) -> None:
         logs.redact_secrets()
+        give_back_freed_memory()
         await asyncio.to_thread(self.worker.start)
         voices = engine_voices(self.config.engine, self.config.voice)
         session = replace(self.config.session, voices=voices)
