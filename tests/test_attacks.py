@@ -1,6 +1,6 @@
 """Each hostile client of ``bench/hostile/clients.py`` against a real server on loopback.
 
-One test per point of the hardening issues (10 and 15), scaled down to seconds: the attack
+One test per point of the hardening issues (10, 15 and 32), scaled down to seconds: the attack
 runs, a calm session speaks alongside where the issue measured one (its first audio and
 stall are printed, ``pytest -s`` shows them), and whatever the attacker held must come back
 within a bounded time.
@@ -9,12 +9,17 @@ within a bounded time.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import os
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
+from websockets.exceptions import ConnectionClosed
 
 from bench.hostile import clients as hostile
 from bench.hostile.clients import alongside
@@ -31,7 +36,13 @@ HOST = "127.0.0.1"
 def hardened(**server: object) -> ServerConfig:
     """Short keepalive and request deadlines, so what the defaults bound in tens of seconds
     is bounded here in one."""
-    short = replace(TEST_CONFIG, ping_interval=0.5, ping_timeout=0.5, request_timeout=0.5)
+    short = replace(
+        TEST_CONFIG,
+        ping_interval=0.5,
+        ping_timeout=0.5,
+        handshake_timeout=0.5,
+        request_timeout=0.5,
+    )
     return replace(short, **server)  # type: ignore[arg-type]
 
 
@@ -181,6 +192,61 @@ async def test_a_ping_flood_that_reads_no_pong_is_not_buffered() -> None:
         assert peak < 2**20
 
 
+# --- 32.2: a ping flood from a peer that reads nothing ------------------------------------
+
+
+async def test_a_peer_that_reads_none_of_its_pongs_is_dropped_and_holds_little() -> None:
+    """A client with a 4 KiB receive buffer sends pings and reads nothing: the server stops
+    reading it once it owes 64 KiB, its write buffer stays under a read's worth past that,
+    the process grows by at most a few MiB, and after ``ping_timeout`` (here 1 s; the
+    keepalive, 30 s away, plays no part) it drops the connection (1006) and the session."""
+    config = replace(TEST_CONFIG, ping_interval=30.0, ping_timeout=1.0)
+    async with running(config) as srv:
+        await hostile.calm_turn(srv.url, "Warm up.")
+        rss, peak_rss, peak_buffer = rss_now(), 0, 0
+
+        async def watch() -> None:
+            nonlocal peak_rss, peak_buffer
+            while True:
+                sizes = [c.transport.get_write_buffer_size() for c in list(srv.connections)]
+                peak_buffer = max([peak_buffer, *sizes])
+                peak_rss = max(peak_rss, rss_now())
+                await asyncio.sleep(0.01)
+
+        watcher = asyncio.create_task(watch())
+        start = time.monotonic()
+        try:
+            flood = hostile.ping_flood(HOST, srv.port, 64, timeout(10), receive_buffer=4096)
+            sent = await flood
+        finally:
+            watcher.cancel()
+        took = time.monotonic() - start
+        grown = (peak_rss - rss) / 2**20
+        print(
+            f"32.2 ping flood, 4 KiB receive buffer: {sent / 2**20:.1f} MiB sent in {took:.1f} s, "
+            f"server write buffer peak {peak_buffer / 2**10:.0f} KiB, RSS peak +{grown:.1f} MiB"
+        )
+        assert metric(srv, "voicews_connections_dropped_total", reason="unread_output") == 1
+        assert took < timeout(5)
+        assert peak_buffer < 512 * 2**10
+        assert sent < 8 * 2**20
+        assert grown < 16
+        await until(lambda: slots_back(srv) and not srv.connections, 2, "32.2 session gone")
+
+
+@pytest.mark.parametrize("fragments", [1, 3], ids=["whole", "fragmented"])
+async def test_a_message_over_the_hard_limit_closes_with_1009(fragments: int) -> None:
+    """Past the transport's hard limit (1 MiB with the defaults) a message is not buffered
+    on: the connection closes with 1009, whether it came in one frame or in fragments that
+    are each under the limit."""
+    async with running(hardened()) as srv, await RealtimeClient.connect(srv.url) as client:
+        piece = "a" * (2**20 // 2)
+        await client.ws.send(piece * 3 if fragments == 1 else iter([piece] * fragments))
+        with pytest.raises(ConnectionClosed) as closed:
+            await asyncio.wait_for(client.ws.recv(), timeout(5))
+        assert closed.value.rcvd is not None and closed.value.rcvd.code == 1009
+
+
 # --- 10.6: deep JSON ------------------------------------------------------------------------
 
 
@@ -211,8 +277,8 @@ async def test_silent_and_trickling_connections_are_closed_at_the_request_deadli
         fds = resources().fds
         start = time.monotonic()
         idle = asyncio.gather(
-            *(hostile.silent(HOST, srv.port, seconds=10) for _ in range(8)),
-            *(hostile.slow_head(HOST, srv.port, interval=0.1, seconds=10) for _ in range(8)),
+            *(hostile.silent(HOST, srv.port, 10, local="127.0.3.1") for _ in range(8)),
+            *(hostile.slow_head(HOST, srv.port, 0.1, 10, local="127.0.3.2") for _ in range(8)),
         )
         calm, answers = await alongside(srv.url, idle, delay=0.2)
         took = time.monotonic() - start
@@ -222,20 +288,102 @@ async def test_silent_and_trickling_connections_are_closed_at_the_request_deadli
         await until(lambda: resources().fds <= fds, 2, "10.7 descriptors back")
 
 
-async def test_connections_over_the_cap_are_refused_at_once() -> None:
-    async with running(replace(hardened(), request_timeout=5.0, max_connections=6)) as srv:
-        held = [await hostile.connect(HOST, srv.port) for _ in range(6)]
+async def test_connections_over_the_cap_are_refused_when_none_is_waiting() -> None:
+    """Six upgraded sessions fill a cap of six: nothing waits for a request head, so a
+    seventh connection is refused at once."""
+    async with running(replace(hardened(), handshake_timeout=5.0, max_connections=6)) as srv:
+        held = [await hostile.websocket(HOST, srv.port) for _ in range(6)]
         try:
-            await until(lambda: len(srv.connections) == 6, 2, "10.7 six connections open")
+            await until(lambda: len(srv.connections) == 6, 2, "10.7 six sessions open")
             assert metric(srv, "voicews_connections_open") == 6
             extra = await hostile.raw_request(HOST, srv.port, b"GET /healthz HTTP/1.1\r\n\r\n")
             assert extra.startswith(b"HTTP/1.1 503")
             assert metric(srv, "voicews_connections_dropped_total", reason="connection_cap") == 1
         finally:
             for _, writer in held:
-                writer.close()
+                hostile.reset(writer)
         await until(lambda: len(srv.connections) == 0, 2, "10.7 held connections gone")
         assert (await http_get(srv.port, "/healthz"))[0] == 200
+
+
+# --- 32.1: connection exhaustion ---------------------------------------------------------
+
+
+async def test_a_full_server_evicts_the_connection_waiting_longest_for_its_request() -> None:
+    """Six connections that send nothing fill a cap of six; a seventh is served, and the
+    first of the six, the one that waited longest, is closed with 503."""
+    async with running(replace(hardened(), handshake_timeout=5.0, max_connections=6)) as srv:
+        held = []
+        for index in range(6):
+            held.append(await hostile.connect(HOST, srv.port, f"127.0.2.{index + 1}"))
+            await until(lambda: len(srv.connections) == len(held), 2, f"32.1 {len(held)} held")
+        try:
+            status, _, _ = await http_get(srv.port, "/healthz")
+            assert status == 200
+            first, _ = held[0]
+            assert (await asyncio.wait_for(first.read(), timeout(2))).startswith(b"HTTP/1.1 503")
+            assert evictions(srv) == 1
+            assert metric(srv, "voicews_connections_dropped_total", reason="connection_cap") == 0
+            assert all(not reader.at_eof() for reader, _ in held[1:])
+        finally:
+            for _, writer in held:
+                writer.close()
+
+
+async def test_one_address_holds_at_most_its_share_of_waiting_connections() -> None:
+    """Forty silent connections from one address on a cap of 16 waiting per address: each
+    past the 16th evicts that address's longest waiting, so 16 are left, and a client from
+    the same address still gets in at once."""
+    async with running(replace(hardened(), handshake_timeout=5.0)) as srv:
+        held = [await hostile.connect(HOST, srv.port) for _ in range(40)]
+        try:
+            await until(lambda: evictions(srv) == 24, 3, "32.1 24 evicted")
+            assert srv.policy is not None and len(srv.policy.waiting) == 16
+            start = time.monotonic()
+            async with await RealtimeClient.connect(srv.url) as client:
+                assert client.created.session_id
+            took = time.monotonic() - start
+            print(f"32.1 a client beside 16 waiting from its address: in {took * 1000:.0f} ms")
+        finally:
+            for _, writer in held:
+                writer.close()
+
+
+async def test_six_hundred_connections_that_never_finish_a_request_lock_no_one_out() -> None:
+    """Issue 32.1 at full size: 300 connections that send nothing and 300 that trickle a
+    handshake a byte every 3 s, from 40 addresses, each coming back a second after it is
+    closed, on the default handshake deadline (5 s) and a cap of 256 connections. A calm
+    client connecting in the middle of it gets in within 1 s and its audio stalls at most
+    100 ms. The attackers run in a process of their own, at the lowest priority, as if on
+    another machine: their own churn (some 300 connections a second) is not the server's
+    load, and in this process it would be the test's."""
+    assert ServerConfig().handshake_timeout == 5.0
+    async with running(TEST_CONFIG) as srv:
+        print(f"32.1 alone: {await hostile.calm_turn(srv.url)}")
+        attack = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-c",
+            f"import asyncio, os, hostile; os.nice(19); print(asyncio.run(hostile.exhaust("
+            f"'{HOST}', {srv.port}, connections=600, seconds={timeout(14)})))",
+            env={**os.environ, "PYTHONPATH": str(Path(hostile.__file__).parent)},
+            stdout=asyncio.subprocess.PIPE,
+        )
+        try:
+            await until(lambda: len(srv.connections) >= 256, 10, "32.1 the cap reached")
+            calm = await hostile.calm_turn(srv.url)
+            made, _ = await asyncio.wait_for(attack.communicate(), timeout(30))
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                attack.kill()
+            await attack.wait()
+        print(f"32.1 600 attackers, {int(made)} connections, {evictions(srv):.0f} evicted: {calm}")
+        assert calm.connect < 1.0, calm
+        assert calm.stall <= timeout(0.1), calm
+        assert evictions(srv) > 0
+
+
+def evictions(srv: VoicewsServer) -> float:
+    return metric(srv, "voicews_connections_dropped_total", reason="evicted")
 
 
 # --- 10.8: HTTP framing ---------------------------------------------------------------------
@@ -309,3 +457,28 @@ async def test_long_tokens_cost_what_ordinary_text_costs() -> None:
                 assert any("section/" * 400 in s.text for s in turn.segments)
                 assert turn.duration < 8
         assert resources().rss - before < 400 * 2**20
+
+
+# --- 32.4: memory given back -----------------------------------------------------------------
+
+
+def rss_now() -> int:
+    """Resident bytes as they are: no collection, no trim, so what the allocators keep counts."""
+    with open("/proc/self/statm") as statm:
+        return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+async def test_memory_a_long_input_takes_is_given_back_once_it_is_spoken() -> None:
+    """A long input's inferences are the largest the engine runs (the session-abuse family
+    grew the process by 126 MiB through them and kept it all, with no client left): once it
+    has been spoken the process is back within 48 MiB of where it was, calm sessions alike."""
+    async with running(hardened()) as srv:
+        for _ in range(3):
+            await hostile.calm_turn(srv.url)
+        before = rss_now()
+        calm, turn = await alongside(srv.url, hostile.speak(srv.url, "你好" * 40), delay=0.2)
+        assert turn.done is not None and turn.duration > 20
+        await asyncio.sleep(1)
+        kept = (rss_now() - before) / 2**20
+        print(f"32.4 {turn.duration:.0f} s of a long input: RSS {kept:+.0f} MiB after; calm {calm}")
+        assert kept < 48

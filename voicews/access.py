@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hmac
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import parse_qs
@@ -22,9 +23,9 @@ class AccessPolicy:
     tokens: frozenset[str] = frozenset()
     """Accepted bearer tokens; empty means no authentication."""
     allowed_origins: frozenset[str] = frozenset()
-    """Accepted ``Origin`` headers (exact, e.g. ``https://app.example``); empty allows any.
-    Requests without an Origin (non-browser clients) and the server's own origins are always
-    allowed."""
+    """Accepted ``Origin`` headers (exact, e.g. ``https://app.example``); empty allows any
+    well-formed one. Requests without an Origin (non-browser clients) and the server's own
+    origins are always allowed; a malformed Origin never is."""
     own_origins: frozenset[str] = frozenset()
     """The bundled web page's origins, from the address the server is bound to (see
     :func:`own_origins`), never from the request's ``Host``: a page on a rebound name
@@ -39,15 +40,25 @@ def load_tokens(token_file: str | None = None) -> frozenset[str]:
     return frozenset(t for t in tokens if t and not t.startswith("#"))
 
 
+_ORIGIN = re.compile(r"[a-z][a-z0-9+.-]*://(\[[0-9a-f:.]+\]|[a-z0-9_.~-]+)(:[0-9]{1,5})?", re.I)
+"""An origin as a browser serializes it (RFC 6454): scheme, host (an IDN in its ASCII form)
+and port, nothing else: no path, no user, no second value, no space."""
+
+
+def origin_allowed(policy: AccessPolicy, origin: str) -> bool:
+    """Whether a request whose ``Origin`` header is ``origin`` may proceed. Two headers reach
+    here joined by a comma (see :func:`voicews.asgi.headers_of`), so they are malformed too:
+    one answer (403) for every Origin that is malformed or not allowed."""
+    if origin != "null" and not (origin.isascii() and _ORIGIN.fullmatch(origin)):
+        return False
+    allowed = policy.allowed_origins
+    return not allowed or origin in allowed or origin in policy.own_origins
+
+
 def check(policy: AccessPolicy, headers: dict[str, str], query: bytes) -> VoicewsError | None:
     """None if the request may proceed, else the HTTP refusal (no secret in the reason)."""
     origin = headers.get("origin")
-    if (
-        policy.allowed_origins
-        and origin is not None
-        and origin not in policy.allowed_origins
-        and origin not in policy.own_origins
-    ):
+    if origin is not None and not origin_allowed(policy, origin):
         return VoicewsError(ErrorCode.ORIGIN_NOT_ALLOWED, "origin not allowed")
     if not policy.tokens:
         return None

@@ -14,7 +14,13 @@ Send = Callable[[Message], Awaitable[None]]
 
 
 def headers_of(scope: Scope) -> dict[str, str]:
-    return {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
+    """The request's headers by lower-case name; a repeated one's values joined by ", " as
+    RFC 9110 (5.3) combines them, never one of them silently chosen."""
+    headers: dict[str, str] = {}
+    for key, value in scope["headers"]:
+        name, text = key.decode("latin-1").lower(), value.decode("latin-1")
+        headers[name] = f"{headers[name]}, {text}" if name in headers else text
+    return headers
 
 
 async def respond(

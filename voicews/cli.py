@@ -73,18 +73,33 @@ def parser() -> argparse.ArgumentParser:
         help="seconds live turns may take to finish on SIGTERM",
     )
     serve.add_argument(
+        "--handshake-timeout",
+        type=float,
+        default=DEFAULTS.handshake_timeout,
+        help="seconds a request head (a WebSocket handshake too) may take to arrive; then 408 "
+        "and the connection is closed",
+    )
+    serve.add_argument(
         "--request-timeout",
         type=float,
         default=DEFAULTS.request_timeout,
-        help="seconds a request head (a WebSocket handshake too), then a speech request's "
-        "body, may take to arrive; then 408 and the connection is closed",
+        help="seconds a speech request's body (a Wyoming event) may take to arrive; then 408 "
+        "and the connection is closed",
     )
     serve.add_argument(
         "--max-connections",
         type=int,
         default=DEFAULTS.max_connections,
-        help="open connections at once, HTTP and WebSocket together; past it 503 and the "
-        "connection is closed (default: 4 per session slot)",
+        help="open connections at once, HTTP, WebSocket and Wyoming together; past it the one "
+        "waiting longest for its request head is closed (503), or if none is, the new one "
+        "(default: 4 per session slot)",
+    )
+    serve.add_argument(
+        "--max-waiting-per-address",
+        type=int,
+        default=DEFAULTS.max_waiting_per_address,
+        help="connections from one client address still waiting for their request head; one "
+        "more closes that address's longest waiting (503)",
     )
     serve.add_argument(
         "--agent-model",
@@ -131,8 +146,10 @@ def serve_config(args: argparse.Namespace) -> ServerConfig:
         lanes=DEFAULTS.lanes if args.lanes is None else args.lanes,
         drain_timeout=args.drain_timeout,
         max_sessions=args.max_sessions,
+        handshake_timeout=args.handshake_timeout,
         request_timeout=args.request_timeout,
         max_connections=args.max_connections,
+        max_waiting_per_address=args.max_waiting_per_address,
         agent_model=_agent_model(args.agent_model),
         wyoming_uri=args.wyoming_uri,
         session=replace(

@@ -12,6 +12,7 @@ are gone. The attacking clients always run this checkout's ``clients.py``.
     python -m bench attacks --baseline /tmp/voicews-main      # side by side with another
     python -m bench attacks --attacks none,flood,cjk --repeats 3
     python -m bench attacks --heavy                           # also the multi-GB ones
+    python -m bench attacks --memory                          # RSS over the abuse family
 
 ``--heavy`` adds the attacks that took an unfixed server past 4 GB (issue 15.3's 3,200-char
 URL reached 11.9 GB): only on a machine with the memory to spare.
@@ -80,7 +81,12 @@ CASES: dict[str, Case] = {
     "word": Case("15.3", lambda p, u: hostile.speak(u, "a" * 4000)),
     "digits": Case("15.3", lambda p, u: hostile.speak(u, "7" * 3600), heavy=True),
     "http-load": Case("15.4", lambda p, u: hostile.http_speech_load(HOST, p, 32)),
+    "updates-x4": Case("32.4", _many(4, lambda p, u: hostile.update_storm(u, 10, 100))),
+    "exhaust": Case("32.1", lambda p, u: hostile.exhaust(HOST, p, 600, 20)),
 }
+
+ABUSE = ("storm", "storm-x4", "cjk", "url-1000", "word", "updates-x4")
+"""The session-abuse family (issue 32.4): turn storms, long inputs, many session_updates."""
 
 
 class Server:
@@ -118,9 +124,15 @@ class Server:
         return f"ws://{HOST}:{self.port}/v1/realtime"
 
     def peak_rss_mib(self) -> float:
+        return self._status_mib("VmHWM")
+
+    def rss_mib(self) -> float:
+        return self._status_mib("VmRSS")
+
+    def _status_mib(self, field: str) -> float:
         assert self.proc is not None
         status = Path(f"/proc/{self.proc.pid}/status").read_text()
-        kib = next(line.split()[1] for line in status.splitlines() if line.startswith("VmHWM"))
+        kib = next(line.split()[1] for line in status.splitlines() if line.startswith(field))
         return int(kib) / 1024
 
     async def sessions(self) -> float:
@@ -171,10 +183,33 @@ def summary(runs: list[Run]) -> list[str]:
     ]
 
 
+async def memory(source: Path, settle: float) -> list[str]:
+    """The whole session-abuse family, one attack after another, each with a calm session
+    alongside: RSS once warm, its peak, and ``settle`` seconds after the last attacker left."""
+    async with Server(source, 64) as server:
+        await hostile.calm_turn(server.url, "Warm up.")
+        before = server.rss_mib()
+        for name in ABUSE:
+            await alongside(server.url, CASES[name].attack(server.port, server.url))
+        left = server.rss_mib()
+        await asyncio.sleep(settle)
+        return [f"{before:.0f} MiB", f"{server.peak_rss_mib():.0f} MiB", f"{left:.0f} MiB",
+                f"{server.rss_mib():.0f} MiB"]  # fmt: skip
+
+
 async def main(args: argparse.Namespace) -> None:
     sources = {"this": Path(__file__).resolve().parents[2]}
     if args.baseline:
         sources["baseline"] = Path(args.baseline).resolve()
+    if args.memory:
+        print(f"voicews {source_version()}")
+        header = ["source", "RSS warm", "peak", "attackers gone", f"{args.settle:g} s later"]
+        rows = []
+        for label, source in sources.items():
+            print(f"  the session-abuse family ({', '.join(ABUSE)}) on {label}...", flush=True)
+            rows.append([label, *await memory(source, args.settle)])
+        print_table(header, rows)
+        return
     names = args.attacks.split(",") if args.attacks else list(CASES)
     names = [n for n in names if args.heavy or not CASES[n].heavy]
     print(
@@ -189,6 +224,10 @@ async def main(args: argparse.Namespace) -> None:
             print(f"  {name} on {label}...", flush=True)
             runs = [await run_once(source, case) for _ in range(args.repeats)]
             rows.append([name, case.issue, label, *summary(runs)])
+    print_table(header, rows)
+
+
+def print_table(header: list[str], rows: list[list[str]]) -> None:
     widths = [max(len(str(row[i])) for row in [header, *rows]) for i in range(len(header))]
     for row in [header, *rows]:
         print("  ".join(str(cell).ljust(width) for cell, width in zip(row, widths, strict=True)))
@@ -200,4 +239,8 @@ if __name__ == "__main__":
     parser.add_argument("--attacks", help=f"comma-separated, from: {', '.join(CASES)}")
     parser.add_argument("--repeats", type=int, default=1)
     parser.add_argument("--heavy", action="store_true", help="also the multi-GB attacks")
+    parser.add_argument(
+        "--memory", action="store_true", help="RSS over the session-abuse family, and after"
+    )
+    parser.add_argument("--settle", type=float, default=30.0, help="seconds to wait after it")
     asyncio.run(main(parser.parse_args()))

@@ -23,12 +23,12 @@ import struct
 import time
 from collections.abc import Awaitable
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import TypeVar, get_args
 
 from websockets.frames import Frame, Opcode
 
 from voicews.client import RealtimeClient, SpokenTurn
-from voicews.protocol import REALTIME_PATH, Error
+from voicews.protocol import OPUS_RATE, REALTIME_PATH, AudioUpdate, Encoding, Error, SampleRate
 
 T = TypeVar("T")
 
@@ -41,24 +41,31 @@ CALM_REPLY = (
 
 @dataclass(frozen=True, slots=True)
 class Calm:
-    """What a well-behaved session heard: seconds to first audio, and of silence after it."""
+    """What a well-behaved session heard: seconds to get in (from the TCP connect to its
+    ``session_created``), to first audio, and of silence after it."""
 
+    connect: float
     first_audio: float
     stall: float
 
     def __str__(self) -> str:
-        return f"first audio {self.first_audio * 1000:.0f} ms, stall {self.stall * 1000:.0f} ms"
+        return (
+            f"connect {self.connect * 1000:.0f} ms, first audio {self.first_audio * 1000:.0f} ms,"
+            f" stall {self.stall * 1000:.0f} ms"
+        )
 
 
 async def calm_turn(
     url: str, text: str = CALM_REPLY, tokens_per_s: float = 20.0, timeout: float = 60.0
 ) -> Calm:
     """One ordinary turn, streamed like an LLM reply; raises if it does not complete."""
+    start = time.monotonic()
     async with await RealtimeClient.connect(url, open_timeout=timeout) as client:
+        connect = time.monotonic() - start
         turn: SpokenTurn = await client.speak(text, tokens_per_s=tokens_per_s, timeout=timeout)
     if turn.done is None or turn.first_audio is None or turn.errors:
         raise RuntimeError(f"calm turn failed: done={turn.done} errors={turn.errors}")
-    return Calm(turn.first_audio, turn.stall())
+    return Calm(connect, turn.first_audio, turn.stall())
 
 
 async def alongside(url: str, attack: Awaitable[T], delay: float = 0.5) -> tuple[Calm, T]:
@@ -80,8 +87,23 @@ async def alongside(url: str, attack: Awaitable[T], delay: float = 0.5) -> tuple
 Connection = tuple[asyncio.StreamReader, asyncio.StreamWriter]
 
 
-async def connect(host: str, port: int) -> Connection:
-    return await asyncio.open_connection(host, port)
+async def connect(
+    host: str, port: int, local: str | None = None, receive_buffer: int | None = None
+) -> Connection:
+    """A TCP connection, from the loopback address ``local`` if given (Linux binds any of
+    127.0.0.0/8), so that one process can be many clients; with a small ``receive_buffer``,
+    a client that stops reading stops the server's writes soon."""
+    if receive_buffer is None:
+        return await asyncio.open_connection(
+            host, port, local_addr=None if local is None else (local, 0)
+        )
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, receive_buffer)
+    sock.setblocking(False)
+    if local is not None:
+        sock.bind((local, 0))
+    await asyncio.get_running_loop().sock_connect(sock, (host, port))
+    return await asyncio.open_connection(sock=sock)
 
 
 def reset(writer: asyncio.StreamWriter) -> None:
@@ -108,10 +130,14 @@ def handshake(path: str = REALTIME_PATH, headers: dict[str, str] | None = None) 
 
 
 async def websocket(
-    host: str, port: int, path: str = REALTIME_PATH, headers: dict[str, str] | None = None
+    host: str,
+    port: int,
+    path: str = REALTIME_PATH,
+    headers: dict[str, str] | None = None,
+    receive_buffer: int | None = None,
 ) -> Connection:
     """A raw WebSocket, upgraded; raises with the status line if the server refuses."""
-    reader, writer = await connect(host, port)
+    reader, writer = await connect(host, port, receive_buffer=receive_buffer)
     writer.write(handshake(path, headers))
     head = await reader.readuntil(b"\r\n\r\n")
     if not head.startswith(b"HTTP/1.1 101"):
@@ -165,10 +191,17 @@ async def flood_then_hang(
     return writer
 
 
-async def ping_flood(host: str, port: int, megabytes: float = 20.0, seconds: float = 5.0) -> int:
-    """WebSocket pings (125-byte payloads) without reading a pong (issue 10.5); returns the
-    bytes written before the server stopped reading or ``seconds`` ran out."""
-    _, writer = await websocket(host, port)
+async def ping_flood(
+    host: str,
+    port: int,
+    megabytes: float = 20.0,
+    seconds: float = 5.0,
+    receive_buffer: int | None = None,
+) -> int:
+    """WebSocket pings (125-byte payloads) without reading a pong (issues 10.5 and 32.2);
+    returns the bytes written before the server stopped reading or dropped us, or ``seconds``
+    ran out."""
+    _, writer = await websocket(host, port, receive_buffer=receive_buffer)
     ping = frame(Opcode.PING, b"p" * 125)
     try:
         return await send_for(writer, ping * 512, int(megabytes * 2**20), seconds)
@@ -194,16 +227,47 @@ async def slow_body(
     return await _trickle(reader, writer, body, interval, seconds)
 
 
-async def slow_head(host: str, port: int, interval: float = 1.0, seconds: float = 30.0) -> bytes:
+async def slow_head(
+    host: str, port: int, interval: float = 1.0, seconds: float = 30.0, local: str | None = None
+) -> bytes:
     """A WebSocket handshake sent one byte per ``interval`` (issue 10.7)."""
-    reader, writer = await connect(host, port)
+    reader, writer = await connect(host, port, local)
     return await _trickle(reader, writer, handshake(), interval, seconds)
 
 
-async def silent(host: str, port: int, seconds: float = 30.0) -> bytes:
+async def silent(host: str, port: int, seconds: float = 30.0, local: str | None = None) -> bytes:
     """A TCP connection that never sends a byte (issue 10.7)."""
-    reader, writer = await connect(host, port)
+    reader, writer = await connect(host, port, local)
     return await _trickle(reader, writer, b"", 1.0, seconds)
+
+
+async def exhaust(
+    host: str,
+    port: int,
+    connections: int = 600,
+    seconds: float = 30.0,
+    interval: float = 3.0,
+    addresses: int = 40,
+    retry: float = 1.0,
+) -> int:
+    """Connections that never finish a request, holding on (issue 32.1): half send nothing,
+    half trickle a handshake a byte per ``interval``; each one the server closes comes back
+    ``retry`` seconds later, until ``seconds`` have passed. They come from ``addresses``
+    loopback addresses (127.0.1.1 on), as many clients would. Returns the connections made."""
+    deadline = time.monotonic() + seconds
+
+    async def hold_on(index: int) -> int:
+        local = f"127.0.1.{1 + index % addresses}"
+        data, made = (b"" if index % 2 else handshake()), 0
+        while (left := deadline - time.monotonic()) > 0:
+            with contextlib.suppress(OSError):
+                reader, writer = await connect(host, port, local)
+                made += 1
+                await _trickle(reader, writer, data, interval, left)
+            await asyncio.sleep(retry)
+        return made
+
+    return sum(await asyncio.gather(*(hold_on(i) for i in range(connections))))
 
 
 async def _trickle(
@@ -313,6 +377,31 @@ async def barge_in_storm(url: str, seconds: float = 5.0, turns_per_s: float = 60
         finally:
             reading.cancel()
     return turns
+
+
+async def update_storm(url: str, seconds: float = 5.0, per_s: float = 100.0) -> int:
+    """``session_update`` ``per_s`` times a second, each to another speed and audio format,
+    with a short turn after every tenth so each format is used (issue 32.4); everything the
+    server sends read as it comes. Returns the updates sent."""
+    rates, formats = get_args(get_args(SampleRate)[0]), get_args(Encoding)
+    async with await RealtimeClient.connect(url) as client:
+        reading = asyncio.ensure_future(_drain(client))
+        updates, deadline = 0, time.monotonic() + seconds
+        try:
+            while time.monotonic() < deadline:
+                updates += 1
+                encoding = formats[updates % len(formats)]
+                rate = OPUS_RATE if encoding == "opus" else rates[updates % len(rates)]
+                audio = AudioUpdate(sample_rate=rate, format=encoding)
+                await client.session_update(speed=0.5 + updates % 7 / 4, audio=audio)
+                if updates % 10 == 0:
+                    await client.turn_reset(f"update-{updates}")
+                    await client.text_delta("Hello there, this is another format.")
+                    await client.end_text()
+                await asyncio.sleep(1 / per_s)
+        finally:
+            reading.cancel()
+    return updates
 
 
 async def wyoming_storm(
