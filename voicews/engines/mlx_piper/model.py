@@ -81,20 +81,22 @@ class Conv:
 
     def valid(self, x: mx.array) -> mx.array:
         """Outputs only where the whole kernel lies inside ``x``: ``len(x) - span`` of them."""
-        length = x.shape[0] - self.span
+        length = x.shape[-2] - self.span
         if self._native:
-            y = mx.conv1d(x[None], self._weight, dilation=self.dilation)[0]
+            if x.ndim == 2:
+                return self.valid(x[None])[0]
+            y = mx.conv1d(x, self._weight, dilation=self.dilation)
             return y if self._bias is None else y + self._bias
         # One matmul per tap, accumulated: measured faster on the CPU than building the im2col
         # matrix (a copy of the input per tap) for one large matmul.
         d = self.dilation
         y = (
-            x[0:length] @ self._taps[0]
+            x[..., 0:length, :] @ self._taps[0]
             if self._bias is None
-            else mx.addmm(self._bias, x[0:length], self._taps[0])
+            else mx.addmm(self._bias, x[..., 0:length, :], self._taps[0])
         )
         for k in range(1, self.kernel):
-            y = mx.addmm(y, x[k * d : k * d + length], self._taps[k])
+            y = mx.addmm(y, x[..., k * d : k * d + length, :], self._taps[k])
         return y
 
     def __call__(self, x: mx.array) -> mx.array:
@@ -145,7 +147,7 @@ class Upsample:
             if (k - r - padding) % stride == 0
         ]
         j_min, j_max = min(t[2] for t in taps), max(t[2] for t in taps)
-        poly = np.zeros((stride, out_channels, j_max - j_min + 1, in_channels), np.float32)
+        poly = np.zeros((stride, out_channels, j_max - j_min + 1, in_channels), w.dtype)
         for r, k, j in taps:
             poly[r, :, j_max - j, :] = w[:, k, :]
         self.stride = stride
@@ -162,7 +164,7 @@ class Upsample:
 
     def valid(self, x: mx.array) -> mx.array:
         y = self._conv.valid(x)
-        return y.reshape(y.shape[0] * self.stride, self.out_channels)
+        return y.reshape(*y.shape[:-2], y.shape[-2] * self.stride, self.out_channels)
 
     def __call__(self, x: mx.array) -> mx.array:
         return self.valid(pad_time(x, self.pad_left, self.pad_right))
@@ -428,7 +430,7 @@ class Coupling:
 
 
 def gated(x: mx.array, hidden: int) -> mx.array:
-    return mx.tanh(x[:, :hidden]) * mx.sigmoid(x[:, hidden:])
+    return mx.tanh(x[..., :hidden]) * mx.sigmoid(x[..., hidden:])
 
 
 class Flow:
@@ -574,6 +576,7 @@ class PiperVits:
         dp_noise = rng.standard_normal((len(ids), 2)).astype(np.float32) * np.float32(noise_w)
         logw = self.duration(x, mx.array(dp_noise))
         w = mx.ceil(mx.exp(logw) * length_scale)
+        mx.eval(w)  # the one host round trip: the durations decide every shape after them
         durations = np.array(w).astype(np.int64)
         frames = int(durations.sum())
         if frames == 0:  # Piper clamps to one frame, which its path leaves at zero
