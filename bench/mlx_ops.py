@@ -20,6 +20,7 @@ each: medians of wall-clock and process CPU seconds per second of audio, and fir
 
     python bench/mlx_ops.py                      # counts only (~2 min on MLX's CPU backend)
     python bench/mlx_ops.py --time 3 --json ops.json
+    python bench/mlx_ops.py --chunks --time 5             # timing only
 """
 
 from __future__ import annotations
@@ -39,8 +40,8 @@ from typing import Any
 
 import mlx.core as mx
 import numpy as np
-
 from common import json_safe, source_version
+
 from voicews.engines.base import SynthesisOptions, WordStarts
 from voicews.engines.mlx_piper.engine import MlxConfig, MlxPiperEngine
 from voicews.engines.mlx_piper.model import PiperVits
@@ -218,13 +219,16 @@ def timing(args: argparse.Namespace) -> list[dict[str, Any]]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--chunks", type=int, nargs="+", default=[16, 32, 64])
+    parser.add_argument(
+        "--chunks", type=int, nargs="*", default=[16, 32, 64], help="none: no counts"
+    )
     parser.add_argument("--conv", choices=["native", "matmul"], default="native")
     parser.add_argument("--time", type=int, default=0, help="timed runs of each decoder")
     parser.add_argument("--json", help="write the rows here")
     args = parser.parse_args()
     result: dict[str, Any] = {"version": source_version(), "conv": args.conv}
-    result["counts"] = counts(args)
+    if args.chunks:
+        result["counts"] = counts(args)
     if args.time:
         result["timing"] = timing(args)
     if args.json:
