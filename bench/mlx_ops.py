@@ -6,10 +6,11 @@ cost (issue 33). Counting the operations is the device-independent measure: it n
 For each sentence and window size, through the engine's own ``synthesize``:
 
 - ``stream``: the streaming decoder as shipped (state carried across windows, ``decode.py``);
-- ``whole``: each window decoded whole from its receptive field (``windows.py``), at the
-  shipped window plan (first window 8 frames) and with the first window as large as the rest;
-- ``whole+compile``: the same under ``mx.compile``, the graph nodes actually handed to
-  ``eval`` (fused: element-wise runs become one node each).
+- ``whole``: each window decoded whole from its receptive field (``windows.py``): at its
+  own length (the CPU's way) or padded to its bucket (the GPU's way, batched and compiled),
+  at the shipped window plan (first window 8 frames) and with the first window as large as
+  the rest; ``fused``: under ``mx.compile``, the graph nodes actually handed to ``eval``
+  (element-wise runs become one node each).
 
 Counts are of the graph handed to each ``mx.eval`` (walked with ``mx.export_to_dot``) before
 fusion unless said, with the GPU's convolutions (MLX's ``conv1d``; ``--conv matmul`` counts
@@ -26,9 +27,7 @@ each: medians of wall-clock and process CPU seconds per second of audio, and fir
 from __future__ import annotations
 
 import argparse
-import io
 import json
-import re
 import statistics
 import sys
 import time
@@ -36,12 +35,14 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import mlx.core as mx
 import numpy as np
 from common import json_safe, source_version
 
+from measures import graph_ops
 from voicews.engines.base import SynthesisOptions, WordStarts
 from voicews.engines.mlx_piper.engine import MlxConfig, MlxPiperEngine
 from voicews.engines.mlx_piper.model import PiperVits
@@ -53,14 +54,6 @@ SENTENCES = {
         "at the airport two hours before departure and keep your boarding pass ready."
     ),
 }
-_NODE = re.compile(r'label ="([^"]+)", shape=rectangle')
-
-
-def graph_ops(*arrays: mx.array) -> Counter[str]:
-    """The operations (by primitive) of the lazy graph behind ``arrays``: what ``eval`` runs."""
-    dot = io.StringIO()
-    mx.export_to_dot(dot, *arrays)
-    return Counter(_NODE.findall(dot.getvalue()))
 
 
 @dataclass
@@ -139,24 +132,24 @@ def counts(args: argparse.Namespace) -> list[dict[str, Any]]:
     rows = []
     for label, text in SENTENCES.items():
         for chunk in args.chunks:
-            variants: list[tuple[str, MlxConfig]] = [
-                ("stream", MlxConfig(chunk_frames=chunk)),
-                ("whole", MlxConfig(chunk_frames=chunk, decode="whole", compile=0)),
-                (
-                    "whole, first window full",
-                    MlxConfig(
-                        chunk_frames=chunk, initial_chunk_frames=chunk, decode="whole", compile=0
-                    ),
-                ),
-                (
-                    "whole+compile (fused), first window full",
-                    MlxConfig(chunk_frames=chunk, initial_chunk_frames=chunk, decode="whole"),
-                ),
+            whole = partial(MlxConfig, chunk_frames=chunk, decode="whole")
+            full = partial(whole, initial_chunk_frames=chunk, compile="on")
+            variants: list[tuple[str, MlxConfig, bool]] = [
+                ("stream", MlxConfig(chunk_frames=chunk), False),
+                ("whole, exact lengths (CPU)", whole(compile="off"), False),
+                ("whole, bucketed (GPU)", whole(compile="on"), False),
+                ("whole, bucketed, first window full", full(), False),
+                ("whole, bucketed, first window full, fused", full(), True),
             ]
-            for name, config in variants:
+            for name, config, fused in variants:
                 engine = build(config, args.conv)
+                if fused:
+                    mx.enable_compile()
+                else:
+                    mx.disable_compile()  # compiled functions run as traced: before fusion
                 row = count_row(name, engine, text, chunk, config.initial_chunk_frames)
                 row["sentence"] = label
+                mx.enable_compile()
                 rows.append(row)
                 print(
                     f"{label:5} chunk {chunk:3} {name:42} ops/window {row['ops_per_full_window']}"

@@ -63,8 +63,11 @@ class MlxConfig:
     dtype: str = "float32"
     """``float16`` runs the ``whole`` decoder in half precision: 43.6 dB SNR from float32 on an
     H200 (issue 33); bfloat16 was only 25.6 dB, so it is not offered."""
-    compile: int = 1
-    """``mx.compile`` the ``whole`` decoder (one graph per window bucket and batch size)."""
+    compile: str = "auto"
+    """``on``: the ``whole`` decoder pads windows to buckets, stacks them and runs them
+    through ``mx.compile`` (one graph per bucket and batch size: for a GPU); ``off``: each
+    window at its own length, nothing computed outside the sentence (for a CPU); ``auto``:
+    ``on`` where MLX's default device is a GPU."""
     device: str = ""
     """``cpu`` or ``gpu`` (any case) to override MLX's default device."""
 
@@ -75,6 +78,8 @@ class MlxConfig:
                 raise ValueError(f"{ENV_PREFIX}{name.upper()} must be at least {minimum}")
         if self.decode not in DECODE_MODES:
             raise ValueError(f"{ENV_PREFIX}DECODE must be one of {DECODE_MODES}")
+        if self.compile not in ("auto", "on", "off"):
+            raise ValueError(f"{ENV_PREFIX}COMPILE must be auto, on or off")
         if self.dtype not in DTYPES:
             raise ValueError(f"{ENV_PREFIX}DTYPE must be one of {DTYPES}")
 
@@ -145,10 +150,12 @@ class MlxPiperEngine:
             from .windows import WindowDecoder, buckets_for
 
             config = self.config
+            on = config.compile == "on" or (config.compile == "auto" and self.device != "cpu")
             self._windows = WindowDecoder(
                 self.model,
                 buckets_for(config.chunk_frames, config.initial_chunk_frames),
-                compiled=bool(config.compile),
+                bucketed=on,
+                compiled=on,
                 dtype=mx.float16 if config.dtype == "float16" else mx.float32,
             )
         return self._windows

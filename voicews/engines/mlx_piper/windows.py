@@ -70,7 +70,8 @@ def _sum(spans: Sequence[_Span]) -> _Span:
 
 
 class _Masks:
-    """The input's in-sentence mask at each resolution and width, each built once per graph.
+    """Bucketed windows: the input's in-sentence mask at each resolution and width, each
+    built once per graph, zeroes what lies outside the sentence before a convolution reads it.
 
     Without ``valid`` (every window wholly inside its sentence, context included) it masks
     nothing, and a window costs a tenth fewer operations.
@@ -81,10 +82,10 @@ class _Masks:
         self._left = left
         self._made: dict[tuple[int, int], mx.array] = {}
 
-    def apply(self, x: mx.array, lo: int, unit: int) -> mx.array:
+    def apply(self, x: mx.array, lo: int, unit: int, pads: tuple[int, int]) -> tuple[mx.array, int]:
         """``x`` (its first position ``lo``, ``unit`` samples per frame) zeroed outside."""
         if self._valid is None:
-            return x
+            return x, lo
         key = (unit, int(x.shape[2]))
         mask = self._made.get(key)
         if mask is None:
@@ -95,24 +96,41 @@ class _Masks:
                 v = v.reshape(batch, frames * unit, 1)
             mask = self._made[key] = mx.broadcast_to(v, (batch, frames * unit, key[1]))
         start = lo + self._left * unit
-        return x * mask[:, start : start + int(x.shape[1])]
+        return x * mask[:, start : start + int(x.shape[1])], lo
+
+
+class _Edges:
+    """Exact-length windows (one at a time): where a span reaches the sentence's start or
+    end, a convolution pads zeros there as the one-shot decode does, so nothing outside the
+    sentence is computed. Cheaper on a CPU; each window's shapes its own."""
+
+    def __init__(self, start: int | None, end: int | None) -> None:
+        self._start, self._end = start, end  # the sentence's edges in frames, if in the input
+
+    def apply(self, x: mx.array, lo: int, unit: int, pads: tuple[int, int]) -> tuple[mx.array, int]:
+        left = pads[0] if self._start is not None and lo == self._start * unit else 0
+        hi = lo + int(x.shape[1])
+        right = pads[1] if self._end is not None and hi == self._end * unit else 0
+        if left or right:
+            x = mx.pad(x, [(0, 0), (left, right), (0, 0)])
+        return x, lo - left
 
 
 class _Graph:
     """One window's flow and generator on spans: built once to size the context, then traced."""
 
-    def __init__(self, model: PiperVits, masks: _Masks) -> None:
-        self._model, self._masks = model, masks
+    def __init__(self, model: PiperVits, bounds: _Masks | _Edges) -> None:
+        self._model, self._bounds = model, bounds
 
     def conv(self, s: _Span, conv: Conv, unit: int, act: Act | None = None) -> _Span:
-        x = s.x if act is None else act(s.x)
+        x, lo = s.x if act is None else act(s.x), s.lo
         if conv.span:  # reads its neighbours: outside the sentence they must be the zero padding
-            x = self._masks.apply(x, s.lo, unit)
-        return _Span(conv.valid(x), s.lo + conv.pad_left)
+            x, lo = self._bounds.apply(x, lo, unit, (conv.pad_left, conv.pad_right))
+        return _Span(conv.valid(x), lo + conv.pad_left)
 
     def upsample(self, s: _Span, up: Upsample, unit: int) -> _Span:
-        x = self._masks.apply(_lrelu(s.x), s.lo, unit)
-        return _Span(up.valid(x), (s.lo + up.pad_left) * up.stride)
+        x, lo = self._bounds.apply(_lrelu(s.x), s.lo, unit, (up.pad_left, up.pad_right))
+        return _Span(up.valid(x), (lo + up.pad_left) * up.stride)
 
     def flow(self, z: _Span) -> _Span:
         for cp in self._model.flow.couplings:
@@ -190,11 +208,14 @@ def buckets_for(chunk_frames: int, initial_frames: int) -> tuple[int, ...]:
 
 
 class WindowDecoder:
-    """Decodes ready windows of any streams, stacked per bucket: ``decode(windows) -> audio``.
+    """Decodes ready windows of any streams: ``decode(windows) -> audio``, one per window.
 
-    Each window is padded to the smallest bucket that holds it, and a batch to a power of two
-    (up to ``max_batch``), so the compiled graphs are one per (bucket, batch size) however
-    long the sentences. Each call evaluates once per bucket, with no host round trip inside.
+    ``bucketed`` (for a GPU): each window is padded to the smallest bucket that holds it, and
+    a batch to a power of two (up to ``max_batch``), so the compiled graphs are one per
+    (bucket, batch size) however long the sentences, and windows of one bucket are decoded
+    stacked, one evaluation per bucket. Otherwise (for a CPU, where batching gained nothing
+    and arithmetic is the cost) each window is decoded at its own length, nothing computed
+    outside its sentence, one evaluation each. No host round trip inside a window either way.
     """
 
     def __init__(
@@ -203,6 +224,7 @@ class WindowDecoder:
         buckets: Sequence[int],
         *,
         max_batch: int = 256,
+        bucketed: bool = True,
         compiled: bool = True,
         dtype: mx.Dtype = mx.float32,
     ) -> None:
@@ -216,11 +238,12 @@ class WindowDecoder:
         self.hop = model.hop
         self.buckets = tuple(sorted(buckets))
         self.max_batch = max_batch
+        self.bucketed = bucketed
         self.dtype = dtype
         self.left, self.right = _receptive_field(model)
         self._masked: Callable[[mx.array, mx.array], mx.array] = self._forward
         self._inner: Callable[[mx.array], mx.array] = self._forward
-        if compiled:
+        if bucketed and compiled:
             self._masked, self._inner = mx.compile(self._forward), mx.compile(self._forward)
 
     def bucket(self, frames: int) -> int:
@@ -263,8 +286,22 @@ class WindowDecoder:
             window.start + frames + self.right <= window.z_p.shape[0]
         )
 
+    def _exact(self, w: Window) -> mx.array:
+        """One window at its own length, its context cut at the sentence's edges."""
+        total = int(w.z_p.shape[0])
+        lo, hi = max(0, w.start - self.left), min(total, w.end + self.right)
+        z = mx.array(w.z_p[None, lo:hi], dtype=self.dtype)
+        edges = _Edges(-w.start if lo == 0 else None, total - w.start if hi == total else None)
+        graph = _Graph(self.model, edges)
+        audio = graph.generator(graph.flow(_Span(z, lo - w.start)))
+        return audio.crop(0, (w.end - w.start) * self.hop).x[:, :, 0].astype(mx.float32)
+
     def graph(self, windows: Sequence[Window]) -> mx.array:
-        """The lazy audio of windows of one bucket, ``(batch, bucket * hop)``, not evaluated."""
+        """The lazy audio of windows of one bucket, ``(batch, bucket * hop)``, not evaluated
+        (unbucketed: of one window, ``(1, frames * hop)``)."""
+        if not self.bucketed:
+            (window,) = windows
+            return self._exact(window)
         frames = self.bucket(max(w.end - w.start for w in windows))
         z, valid = self.inputs(windows, frames, self.batch_size(len(windows)))
         if all(self.inner(w) for w in windows):
@@ -276,7 +313,8 @@ class WindowDecoder:
         and ``max_batch`` windows."""
         groups: dict[tuple[int, bool], list[int]] = {}
         for i, w in enumerate(windows):
-            groups.setdefault((self.bucket(w.end - w.start), self.inner(w)), []).append(i)
+            key = (self.bucket(w.end - w.start), self.inner(w)) if self.bucketed else (i, True)
+            groups.setdefault(key, []).append(i)
         audio: list[Any] = [None] * len(windows)
         for rows in groups.values():
             for first in range(0, len(rows), self.max_batch):
