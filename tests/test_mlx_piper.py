@@ -7,6 +7,7 @@ once per session into a temporary cache.
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -35,7 +36,11 @@ from voicews.engines.mlx_piper.decode import (  # noqa: E402
     streaming_windows,
     window_plan,
 )
-from voicews.engines.mlx_piper.engine import MlxConfig  # noqa: E402
+from voicews.engines.mlx_piper.engine import (  # noqa: E402
+    MlxConfig,
+    describe_device,
+    keep_compiled_kernels,
+)
 from voicews.engines.mlx_piper.model import PiperVits  # noqa: E402
 from voicews.engines.mlx_piper.weights import (  # noqa: E402
     _fold_weight_norm,
@@ -153,9 +158,42 @@ def test_server_settings_come_from_the_environment() -> None:
     }
     assert MlxConfig.from_env(env) == MlxConfig(chunk_frames=32, decode="overlap", device="GPU")
     assert MlxConfig.from_env({}) == MlxConfig()
-    for bad in ({"VOICEWS_MLX_DECODE": "fast"}, {"VOICEWS_MLX_INITIAL_CHUNK_FRAMES": "0"}):
+    half = {"VOICEWS_MLX_DTYPE": "float16", "VOICEWS_MLX_COMPILE": "on"}
+    assert MlxConfig.from_env(half) == MlxConfig(dtype="float16", compile="on")
+    bad_settings = (
+        {"VOICEWS_MLX_DECODE": "fast"},
+        {"VOICEWS_MLX_INITIAL_CHUNK_FRAMES": "0"},
+        {"VOICEWS_MLX_DTYPE": "bfloat16"},
+        {"VOICEWS_MLX_COMPILE": "yes"},
+    )
+    for bad in bad_settings:
         with pytest.raises(ValueError, match="VOICEWS_MLX_"):
             MlxConfig.from_env(bad)
+
+
+def test_the_device_is_named_and_the_decoder_chosen_for_it(engine: MlxPiperEngine) -> None:
+    """On MLX's CPU backend: ``cpu``, and ``auto`` keeps the streaming decoder (the CPU's
+    fastest); on a GPU it would read ``gpu (cuda: ...)`` and choose whole windows."""
+    assert describe_device() == engine.device == "cpu"
+    assert engine.config.decode == "auto" and engine.decode == "stream"
+
+
+def test_compiled_kernels_are_kept_in_the_cache_dir(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.delenv("MLX_PTX_CACHE_DIR", raising=False)
+    keep_compiled_kernels(tmp_path)
+    assert Path(os.environ["MLX_PTX_CACHE_DIR"]) == tmp_path / "mlx-ptx"
+    keep_compiled_kernels(tmp_path / "elsewhere")  # a setting already made is kept
+    assert Path(os.environ["MLX_PTX_CACHE_DIR"]) == tmp_path / "mlx-ptx"
+
+
+def test_warming_runs_every_shape_and_says_how_long(weights_cache: Path) -> None:
+    config = MlxConfig(decode="whole", compile="on", chunk_frames=16)
+    engine = MlxPiperEngine(cache_dir=weights_cache, seed=0, config=config)
+    assert engine.windows.buckets == (8, 16, 20)
+    seconds = engine.warm()
+    assert 0.0 < seconds < timeout(120)
 
 
 # --- parity with onnxruntime --------------------------------------------------------------

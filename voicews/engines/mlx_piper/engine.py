@@ -32,7 +32,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-DECODE_MODES = ("stream", "overlap", "whole")
+DECODE_MODES = ("auto", "stream", "overlap", "whole")
 DTYPES = ("float32", "float16")
 ENV_PREFIX = "VOICEWS_MLX_"
 
@@ -51,11 +51,14 @@ class MlxConfig:
     lookahead the layers after it need, then costs a fraction of the encoder's time, so compute
     before first audio is about a tenth of the whole segment's; 4 gains nothing measurable, 16
     costs more."""
-    decode: str = "stream"
-    """``stream`` (exact, state carried across windows), ``whole`` (each window decoded alone
-    from its receptive field, exact to float rounding, a few hundred operations a window,
-    batched across sessions: see ``windows.py``) or ``overlap`` (windows decoded alone with
-    less context, crossfaded). A session that sets ``overlap_frames`` asks for overlap."""
+    decode: str = "auto"
+    """``auto`` (``whole`` where MLX's default device is a GPU, else ``stream``), ``stream``
+    (exact, state carried across windows: each position computed once, the CPU's best),
+    ``whole`` (each window decoded alone from its receptive field, exact to float rounding,
+    a few hundred operations a window against the stream's thousands, batched across
+    sessions: the GPU's; see ``windows.py``, and ``bench/mlx_ops.py`` for both measured) or
+    ``overlap`` (windows decoded alone with less context, crossfaded). A session that sets
+    ``overlap_frames`` asks for overlap."""
     overlap_frames: int = 24
     """Context frames for ``overlap`` decoding: the flow sees 32 frames each way, and measured
     SNR against the one-shot decode was 64-103 dB with 24 frames of context, but only 24-44 dB
@@ -108,6 +111,7 @@ class MlxPiperEngine:
         seed: int | None = None,
         config: MlxConfig | None = None,
     ) -> None:
+        keep_compiled_kernels(cache_dir)
         import mlx.core as mx
         from piper import PiperVoice
         from piper.config import PiperConfig
@@ -139,6 +143,10 @@ class MlxPiperEngine:
         self.device = describe_device()
         self._rng = np.random.default_rng(seed)
         self._windows: WindowDecoder | None = None
+        self.decode = self.config.decode
+        """The decoder in use: ``auto`` resolved for the device."""
+        if self.decode == "auto":
+            self.decode = "stream" if self.device == "cpu" else "whole"
         log.info("mlx-piper: %s on %s", model.name, self.device)
 
     @property
@@ -185,7 +193,7 @@ class MlxPiperEngine:
             plan = self._plan(int(latents.z_p.shape[0]), options)
             if overlap is not None:
                 windows: Iterator[Any] = overlap_windows(self.model, latents.z_p, plan, overlap)
-            elif config.decode == "whole":
+            elif self.decode == "whole":
                 windows = self._whole(latents.z_p, plan)
             else:
                 windows = streaming_windows(self.model, latents.z_p, plan)
@@ -250,9 +258,20 @@ class MlxPiperEngine:
         start = time.perf_counter()
         for _ in self.synthesize("Warming up.", SynthesisOptions()):
             pass
-        if self.config.decode == "whole":
+        if self.decode == "whole":
             self.windows.warm(batches)
         return time.perf_counter() - start
+
+
+def keep_compiled_kernels(cache_dir: Path | None = None) -> None:
+    """Points MLX's CUDA kernel cache (``MLX_PTX_CACHE_DIR``) at ``$VOICEWS_CACHE_DIR/mlx-ptx``
+    unless it is set: MLX's default, ``/tmp/mlx/<version>/ptx``, is lost with ``/tmp`` (a
+    fresh container, a reboot), and then the first window compiles its kernels again (10-14 s
+    on an H200). Read once, at MLX's first kernel compilation; Metal keeps no such cache."""
+    from ...cache import cache_dir as default_cache_dir
+
+    folder = (cache_dir or default_cache_dir()) / "mlx-ptx"
+    os.environ.setdefault("MLX_PTX_CACHE_DIR", str(folder))
 
 
 def describe_device() -> str:

@@ -332,8 +332,10 @@ class WindowDecoder:
         import time
 
         start = time.perf_counter()
-        z_p = np.zeros((max(self.buckets), self.model.channels), np.float32)
+        span = self.left + max(self.buckets) + self.right
+        z_p = np.zeros((span, self.model.channels), np.float32)
         for size in self.buckets:
-            for batch in batches:
+            for batch in batches:  # a window at the sentence's start (masked) and one inside
                 self.decode([Window(z_p, 0, size)] * batch)
+                self.decode([Window(z_p, self.left, self.left + size)] * batch)
         return time.perf_counter() - start
