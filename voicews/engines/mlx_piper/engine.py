@@ -220,27 +220,30 @@ class MlxPiperEngine:
         return window_plan(frames, chunk, min(self.config.initial_chunk_frames, chunk))
 
     def _whole(self, z_p: Any, plan: list[tuple[int, int]]) -> Iterator[Any]:
-        import mlx.core as mx
-
         from .windows import Window
 
-        mx.eval(z_p)
-        z = np.array(z_p, dtype=np.float32)
+        z = self._decoder_input(z_p)
         for start, end in plan:
             (audio,) = self.windows.decode([Window(z, start, end)])
             yield audio
 
+    def _decoder_input(self, z_p: Any) -> npt.NDArray[np.float32]:
+        """The flow's output for a whole sentence, on the host: the windows' input."""
+        import mlx.core as mx
+
+        z = self.model.flow.reverse(z_p)
+        mx.eval(z)
+        return np.array(z, dtype=np.float32)
+
     def windows_of(self, text: str, options: SynthesisOptions) -> Iterator[Window]:
         """``text``'s windows in order, for a caller that decodes several streams' at once
         (:meth:`decode_windows`): each sentence's encoder and durations run as it is reached."""
-        import mlx.core as mx
 
         from .windows import Window
 
         for _, ids in self._sentences(text, options.speed):
             latents = self._latents(ids, options.speed)
-            mx.eval(latents.z_p)
-            z = np.array(latents.z_p, dtype=np.float32)
+            z = self._decoder_input(latents.z_p)
             for start, end in self._plan(int(z.shape[0]), options):
                 yield Window(z, start, end)
 

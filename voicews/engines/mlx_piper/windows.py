@@ -1,12 +1,13 @@
-"""Whole windows: each window decoded in one graph from its latents and their context, batched.
+"""Whole windows: each window's waveform in one graph from its frames and their context, batched.
 
 The streaming decoder (``decode.py``) carries every layer's state across windows, which makes
 a window thousands of small slices and concatenations: fine on a CPU, where arithmetic is the
-cost, but a GPU spends its time dispatching them. Here a window of latent frames ``[a, b)`` is
-decoded on its own from ``[a - left, b + right)``, where ``left`` and ``right`` are the flow's
-and HiFi-GAN's receptive field: every convolution is computed only where the window's audio
-needs it (``valid``, no padding), so a window costs about the one-shot decode's operations and
-its audio is the one-shot audio up to float rounding, with no crossfade.
+cost, but a GPU spends its time dispatching them. Here the flow runs once per sentence (``z``:
+about 2% of the decoder's arithmetic, and half its operations if run per window, since its
+receptive field is 32 frames each way), and HiFi-GAN decodes each window of frames ``[a, b)``
+on its own from ``[a - left, b + right)``, its receptive field: every convolution is computed
+only where the window's audio needs it (``valid``, no padding), so a window is a few hundred
+operations and its audio the one-shot audio up to float rounding, with no crossfade.
 
 Positions outside the sentence are zero in the input and masked to zero before every
 convolution that reads a neighbour, as the one-shot decode's zero padding makes them. That
@@ -25,7 +26,7 @@ import mlx.core as mx
 import numpy as np
 import numpy.typing as npt
 
-from .model import FINAL_LRELU_SLOPE, LRELU_SLOPE, Conv, PiperVits, Upsample, gated
+from .model import FINAL_LRELU_SLOPE, LRELU_SLOPE, Conv, PiperVits, Upsample
 from .weights import VoiceWeights
 
 Act = Callable[[mx.array], mx.array]
@@ -43,8 +44,8 @@ def _final_lrelu(x: mx.array) -> mx.array:
 class _Span:
     """``(batch, n, channels)`` values at positions ``[lo, lo + n)`` of one resolution.
 
-    Positions count from the window's first frame, in the resolution's own units (frames in
-    the flow, samples after each upsampling), so they are negative in the left context.
+    Positions count from the window's first frame, in the resolution's own units (frames,
+    then samples after each upsampling), so they are negative in the left context.
     """
 
     x: mx.array
@@ -117,7 +118,7 @@ class _Edges:
 
 
 class _Graph:
-    """One window's flow and generator on spans: built once to size the context, then traced."""
+    """One window's generator on spans: built once to size the context, then traced."""
 
     def __init__(self, model: PiperVits, bounds: _Masks | _Edges) -> None:
         self._model, self._bounds = model, bounds
@@ -131,25 +132,6 @@ class _Graph:
     def upsample(self, s: _Span, up: Upsample, unit: int) -> _Span:
         x, lo = self._bounds.apply(_lrelu(s.x), s.lo, unit, (up.pad_left, up.pad_right))
         return _Span(up.valid(x), (lo + up.pad_left) * up.stride)
-
-    def flow(self, z: _Span) -> _Span:
-        for cp in self._model.flow.couplings:
-            z = _Span(z.x[:, :, ::-1], z.lo)
-            h = self.conv(_Span(z.x[:, :, : cp.half], z.lo), cp.pre, 1)
-            skips: list[_Span] = []
-            last = len(cp.in_layers) - 1
-            for i, (conv_in, conv_rs) in enumerate(zip(cp.in_layers, cp.res_skip, strict=True)):
-                acts = self.conv(h, conv_in, 1)
-                rs = self.conv(_Span(gated(acts.x, cp.hidden), acts.lo), conv_rs, 1)
-                if i == last:
-                    skips.append(rs)
-                    break
-                skips.append(_Span(rs.x[:, :, cp.hidden :], rs.lo))
-                h = _sum([h, _Span(rs.x[:, :, : cp.hidden], rs.lo)])
-            m = self.conv(_sum(skips), cp.post, 1)
-            z = z.crop(m.lo, m.hi)
-            z = _Span(mx.concatenate([z.x[:, :, : cp.half], z.x[:, :, cp.half :] - m.x], 2), m.lo)
-        return z
 
     def generator(self, z: _Span) -> _Span:
         gen = self._model.generator
@@ -178,7 +160,7 @@ def _receptive_field(model: PiperVits) -> tuple[int, int]:
     z = mx.zeros((1, 2 * probe + 1, model.channels))
     masks = _Masks(mx.ones((1, 2 * probe + 1, 1)), probe)
     graph = _Graph(model, masks)
-    out = graph.generator(graph.flow(_Span(z, -probe)))
+    out = graph.generator(_Span(z, -probe))
     left = math.ceil((out.lo + probe * hop) / hop)
     right = math.ceil((probe * hop + hop - out.hi) / hop)
     if left >= probe or right >= probe:
@@ -188,10 +170,10 @@ def _receptive_field(model: PiperVits) -> tuple[int, int]:
 
 @dataclass(frozen=True, slots=True)
 class Window:
-    """One stream's ready window: latent frames ``[start, end)`` of a sentence's ``z_p``."""
+    """One stream's ready window: frames ``[start, end)`` of a sentence's ``z``."""
 
-    z_p: npt.NDArray[np.float32]
-    """The whole sentence's prior sample, ``(frames, channels)``, on the host."""
+    z: npt.NDArray[np.float32]
+    """The whole sentence's generator input (the flow's output), ``(frames, channels)``."""
     start: int
     end: int
 
@@ -260,7 +242,7 @@ class WindowDecoder:
     def _forward(self, z: mx.array, valid: mx.array | None = None) -> mx.array:
         frames = int(z.shape[1]) - self.left - self.right
         graph = _Graph(self.model, _Masks(valid, self.left))
-        audio = graph.generator(graph.flow(_Span(z, -self.left)))
+        audio = graph.generator(_Span(z, -self.left))
         return audio.crop(0, frames * self.hop).x[:, :, 0].astype(mx.float32)
 
     def inputs(
@@ -272,10 +254,10 @@ class WindowDecoder:
         z = np.zeros((batch, length, channels), np.float32)
         valid = np.zeros((batch, length, 1), np.float32)
         for row, w in enumerate(windows):
-            total = int(w.z_p.shape[0])
+            total = int(w.z.shape[0])
             lo, hi = max(0, w.start - self.left), min(total, w.start - self.left + length)
             at = lo - (w.start - self.left)
-            z[row, at : at + hi - lo] = w.z_p[lo:hi]
+            z[row, at : at + hi - lo] = w.z[lo:hi]
             valid[row, at : at + hi - lo] = 1.0
         return mx.array(z, dtype=self.dtype), mx.array(valid, dtype=self.dtype)
 
@@ -283,17 +265,17 @@ class WindowDecoder:
         """Whether the window, padded to its bucket, has all its context inside the sentence."""
         frames = self.bucket(window.end - window.start)
         return window.start >= self.left and (
-            window.start + frames + self.right <= window.z_p.shape[0]
+            window.start + frames + self.right <= window.z.shape[0]
         )
 
     def _exact(self, w: Window) -> mx.array:
         """One window at its own length, its context cut at the sentence's edges."""
-        total = int(w.z_p.shape[0])
+        total = int(w.z.shape[0])
         lo, hi = max(0, w.start - self.left), min(total, w.end + self.right)
-        z = mx.array(w.z_p[None, lo:hi], dtype=self.dtype)
+        z = mx.array(w.z[None, lo:hi], dtype=self.dtype)
         edges = _Edges(-w.start if lo == 0 else None, total - w.start if hi == total else None)
         graph = _Graph(self.model, edges)
-        audio = graph.generator(graph.flow(_Span(z, lo - w.start)))
+        audio = graph.generator(_Span(z, lo - w.start))
         return audio.crop(0, (w.end - w.start) * self.hop).x[:, :, 0].astype(mx.float32)
 
     def graph(self, windows: Sequence[Window]) -> mx.array:
@@ -333,9 +315,9 @@ class WindowDecoder:
 
         start = time.perf_counter()
         span = self.left + max(self.buckets) + self.right
-        z_p = np.zeros((span, self.model.channels), np.float32)
+        z = np.zeros((span, self.model.channels), np.float32)
         for size in self.buckets:
             for batch in batches:  # a window at the sentence's start (masked) and one inside
-                self.decode([Window(z_p, 0, size)] * batch)
-                self.decode([Window(z_p, self.left, self.left + size)] * batch)
+                self.decode([Window(z, 0, size)] * batch)
+                self.decode([Window(z, self.left, self.left + size)] * batch)
         return time.perf_counter() - start
