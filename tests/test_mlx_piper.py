@@ -300,13 +300,21 @@ def test_overlap_crossfade_hides_the_joins(
     assert excess_s < 1e-4
 
 
-def test_native_convolutions_agree(engine: MlxPiperEngine, decoded: tuple[mx.array, Audio]) -> None:
-    """The GPU's path (MLX's own conv1d, polyphase included) gives the CPU path's audio."""
+def test_native_convolutions_agree(
+    engine: MlxPiperEngine, decoded: tuple[mx.array, Audio], ids: list[int]
+) -> None:
+    """The GPU's path (MLX's own conv1d, polyphase and grouped included) gives the CPU path's
+    durations and audio."""
     z_p = decoded[0][:12]
     native = PiperVits(engine.model.weights, matmul=not engine.model.matmul)
     np.testing.assert_allclose(
         np.array(native.decode(z_p)), np.array(engine.model.decode(z_p)), atol=1e-4
     )
+    x, _, _ = engine.model.encoder(mx.array(ids, dtype=mx.int32))
+    noise = mx.array(np.random.default_rng(3).standard_normal((len(ids), 2)).astype(np.float32))
+    np.testing.assert_allclose(
+        np.array(native.duration(x, noise)), np.array(engine.model.duration(x, noise)), atol=1e-3
+    )  # log durations, through three spline flows that magnify rounding: 2e-4 at most here
 
 
 def test_engine_yields_each_window_then_places_the_words(engine: MlxPiperEngine) -> None:

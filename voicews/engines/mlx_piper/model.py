@@ -104,10 +104,14 @@ class Conv:
 
 
 class DepthwiseConv:
-    """A grouped convolution with one channel per group (the duration predictor's DDSConv)."""
+    """A grouped convolution with one channel per group (the duration predictor's DDSConv):
+    MLX's grouped ``conv1d`` where convolutions run natively (one operation, not one slice,
+    multiply and add per tap), else a multiply-add per tap."""
 
-    def __init__(self, weight: mx.array, bias: mx.array, attrs: ConvAttrs) -> None:
+    def __init__(self, weight: mx.array, bias: mx.array, attrs: ConvAttrs, matmul: bool) -> None:
+        self._weight = weight  # (C, K, 1)
         self._taps = mx.array(np.ascontiguousarray(np.asarray(weight)[:, :, 0].T))  # (K, C)
+        self._native = not matmul
         self.kernel = int(weight.shape[1])
         self.dilation = attrs.dilation
         self.pad_left, self.pad_right = attrs.pad_left, attrs.pad_right
@@ -116,6 +120,10 @@ class DepthwiseConv:
 
     def __call__(self, x: mx.array) -> mx.array:
         x = pad_time(x, self.pad_left, self.pad_right)
+        if self._native:
+            groups = int(self._weight.shape[0])
+            y = mx.conv1d(x[None], self._weight, dilation=self.dilation, groups=groups)
+            return y[0] + self._bias
         length = x.shape[0] - self.span
         d = self.dilation
         y = self._bias + x[0:length] * self._taps[0]
@@ -286,6 +294,7 @@ class DDSConv:
                 w[f"{prefix}.convs_sep.{i}.weight"],
                 w[f"{prefix}.convs_sep.{i}.bias"],
                 w.conv(f"{prefix}.convs_sep.{i}"),
+                matmul,
             )
             for i in range(n)
         ]
