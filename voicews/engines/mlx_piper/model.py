@@ -83,17 +83,19 @@ class Conv:
         """Outputs only where the whole kernel lies inside ``x``: ``len(x) - span`` of them."""
         length = x.shape[-2] - self.span
         if self._native:
-            if x.ndim == 2:
-                return self.valid(x[None])[0]
+            if x.ndim == 2:  # reshapes: one operation each, where indexing is two
+                y = self.valid(x.reshape(1, *x.shape))
+                return y.reshape(y.shape[1:])
             y = mx.conv1d(x, self._weight, dilation=self.dilation)
             return y if self._bias is None else y + self._bias
         # One matmul per tap, accumulated: measured faster on the CPU than building the im2col
         # matrix (a copy of the input per tap) for one large matmul.
         d = self.dilation
+        first = x if self.span == 0 else x[..., 0:length, :]
         y = (
-            x[..., 0:length, :] @ self._taps[0]
+            first @ self._taps[0]
             if self._bias is None
-            else mx.addmm(self._bias, x[..., 0:length, :], self._taps[0])
+            else mx.addmm(self._bias, first, self._taps[0])
         )
         for k in range(1, self.kernel):
             y = mx.addmm(y, x[..., k * d : k * d + length, :], self._taps[k])
@@ -122,8 +124,10 @@ class DepthwiseConv:
         x = pad_time(x, self.pad_left, self.pad_right)
         if self._native:
             groups = int(self._weight.shape[0])
-            y = mx.conv1d(x[None], self._weight, dilation=self.dilation, groups=groups)
-            return y[0] + self._bias
+            y = mx.conv1d(
+                x.reshape(1, *x.shape), self._weight, dilation=self.dilation, groups=groups
+            )
+            return y.reshape(y.shape[1:]) + self._bias
         length = x.shape[0] - self.span
         d = self.dilation
         y = self._bias + x[0:length] * self._taps[0]
