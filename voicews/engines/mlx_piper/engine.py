@@ -235,17 +235,22 @@ class MlxPiperEngine:
         mx.eval(z)
         return np.array(z, dtype=np.float32)
 
-    def windows_of(self, text: str, options: SynthesisOptions) -> Iterator[Window]:
-        """``text``'s windows in order, for a caller that decodes several streams' at once
-        (:meth:`decode_windows`): each sentence's encoder and durations run as it is reached."""
-
+    def windows_of(self, text: str, options: SynthesisOptions) -> Iterator[Window | WordStarts]:
+        """``text``'s windows in order, then its word starts, as ``synthesize`` gives audio:
+        for a caller that decodes several streams' windows at once (:meth:`decode_windows`).
+        Each sentence's encoder, durations and flow run when its first window is asked for."""
         from .windows import Window
 
-        for _, ids in self._sentences(text, options.speed):
+        timed = []
+        for phonemes, ids in self._sentences(text, options.speed):
             latents = self._latents(ids, options.speed)
             z = self._decoder_input(latents.z_p)
             for start, end in self._plan(int(z.shape[0]), options):
                 yield Window(z, start, end)
+            timed.append((phonemes, latents.durations * self._hop))
+        placed = self._words.place(text, timed) if timed else None
+        if placed is not None:
+            yield placed
 
     def decode_windows(self, windows: list[Window]) -> list[npt.NDArray[np.float32]]:
         """The audio of ready windows of any streams, decoded together: stacked on the batch
