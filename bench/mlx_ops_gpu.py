@@ -143,7 +143,7 @@ def batched(
         "first_call_s": round(first, 3),
         "batch_ms": round(1000 * seconds, 3),
         "per_stream_window_ms": round(1000 * seconds / streams, 4),
-        "per_stream_rtf": round(seconds / audio, 5),
+        "per_stream_rtf": round(seconds / streams / audio, 6),
         "streams_in_real_time": int(streams * audio / seconds),
     }
 
