@@ -53,12 +53,14 @@ class MlxConfig:
     costs more."""
     decode: str = "auto"
     """``auto`` (``whole`` where MLX's default device is a GPU, else ``stream``), ``stream``
-    (exact, state carried across windows: each position computed once, the CPU's best),
-    ``whole`` (each window decoded alone from its receptive field, exact to float rounding,
-    a few hundred operations a window against the stream's thousands, batched across
-    sessions: the GPU's; see ``windows.py``, and ``bench/mlx_ops.py`` for both measured) or
-    ``overlap`` (windows decoded alone with less context, crossfaded). A session that sets
-    ``overlap_frames`` asks for overlap."""
+    (exact, state carried across windows: each position computed once), ``whole`` (the flow
+    over the sentence, then each window alone from its receptive field, exact to float
+    rounding, ~200 operations a window against the stream's ~8,600, batched across sessions:
+    the GPU's; see ``windows.py``) or ``overlap`` (windows decoded alone with less context,
+    crossfaded). A session that sets ``overlap_frames`` asks for overlap. Measured on MLX's
+    CPU backend (bench/mlx_ops.py --time 3, 2 busy cores): ``whole`` took 10% less CPU than
+    ``stream``, but its first audio on a 8.4 s sentence came after 2.9 s against 1.2 s (the
+    flow over the whole sentence first), so a CPU keeps ``stream``."""
     overlap_frames: int = 24
     """Context frames for ``overlap`` decoding: the flow sees 32 frames each way, and measured
     SNR against the one-shot decode was 64-103 dB with 24 frames of context, but only 24-44 dB

@@ -2,9 +2,9 @@
 
 The streaming decoder (``decode.py``) carries every layer's state across windows, which makes
 a window thousands of small slices and concatenations: fine on a CPU, where arithmetic is the
-cost, but a GPU spends its time dispatching them. Here the flow runs once per sentence (``z``:
-about 2% of the decoder's arithmetic, and half its operations if run per window, since its
-receptive field is 32 frames each way), and HiFi-GAN decodes each window of frames ``[a, b)``
+cost, but a GPU spends its time dispatching them. Here the flow runs once per sentence (``z``;
+run per window, its receptive field of 32 frames each way would be computed again for every
+window, and its operations would be half a window's), and HiFi-GAN decodes each window ``[a, b)``
 on its own from ``[a - left, b + right)``, its receptive field: every convolution is computed
 only where the window's audio needs it (``valid``, no padding), so a window is a few hundred
 operations and its audio the one-shot audio up to float rounding, with no crossfade.
