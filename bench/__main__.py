@@ -59,6 +59,10 @@ SCENARIOS: dict[str, tuple[str, str]] = {
         "bench.engines.mlx_chunked",
         "the mlx-piper engine's windowed decode: first-window compute, RTF, join quality",
     ),
+    "mlx_ops": (
+        "bench.engines.mlx_ops",
+        "MLX operations and evals per window and per audio second, shipped decoder against now",
+    ),
     "mlx_kokoro": (
         "bench.engines.mlx_kokoro",
         "the mlx-kokoro engine per component, beside the onnxruntime engine",

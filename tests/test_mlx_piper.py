@@ -7,6 +7,7 @@ once per session into a temporary cache.
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -23,7 +24,7 @@ import pytest
 mx = pytest.importorskip("mlx.core", exc_type=ImportError)  # plain mlx on Linux: no libmlx
 pytest.importorskip("onnx")
 
-from bench.engines.measures import join_jumps, snr_db  # noqa: E402
+from bench.engines.measures import graph_ops, join_jumps, snr_db  # noqa: E402
 from conftest import TEST_CONFIG, running, timeout  # noqa: E402
 from voicews.cache import cache_dir  # noqa: E402
 from voicews.client import RealtimeClient, SpokenTurn  # noqa: E402
@@ -36,7 +37,11 @@ from voicews.engines.mlx_piper.decode import (  # noqa: E402
     streaming_windows,
     window_plan,
 )
-from voicews.engines.mlx_piper.engine import MlxConfig  # noqa: E402
+from voicews.engines.mlx_piper.engine import (  # noqa: E402
+    MlxConfig,
+    describe_device,
+    keep_compiled_kernels,
+)
 from voicews.engines.mlx_piper.model import PiperVits  # noqa: E402
 from voicews.engines.mlx_piper.weights import (  # noqa: E402
     _fold_weight_norm,
@@ -44,6 +49,7 @@ from voicews.engines.mlx_piper.weights import (  # noqa: E402
     load_voice_weights,
     read_onnx,
 )
+from voicews.engines.mlx_piper.windows import Window, WindowDecoder, buckets_for  # noqa: E402
 from voicews.engines.piper import bundled_voice  # noqa: E402
 from voicews.protocol import SessionUpdate, encode_event  # noqa: E402
 from voicews.server import ServerConfig  # noqa: E402
@@ -152,9 +158,42 @@ def test_server_settings_come_from_the_environment() -> None:
     }
     assert MlxConfig.from_env(env) == MlxConfig(chunk_frames=32, decode="overlap", device="GPU")
     assert MlxConfig.from_env({}) == MlxConfig()
-    for bad in ({"VOICEWS_MLX_DECODE": "fast"}, {"VOICEWS_MLX_INITIAL_CHUNK_FRAMES": "0"}):
+    half = {"VOICEWS_MLX_DTYPE": "float16", "VOICEWS_MLX_COMPILE": "on"}
+    assert MlxConfig.from_env(half) == MlxConfig(dtype="float16", compile="on")
+    bad_settings = (
+        {"VOICEWS_MLX_DECODE": "fast"},
+        {"VOICEWS_MLX_INITIAL_CHUNK_FRAMES": "0"},
+        {"VOICEWS_MLX_DTYPE": "bfloat16"},
+        {"VOICEWS_MLX_COMPILE": "yes"},
+    )
+    for bad in bad_settings:
         with pytest.raises(ValueError, match="VOICEWS_MLX_"):
             MlxConfig.from_env(bad)
+
+
+def test_the_device_is_named_and_the_decoder_chosen_for_it(engine: MlxPiperEngine) -> None:
+    """On MLX's CPU backend: ``cpu``, and ``auto`` keeps the streaming decoder (the CPU's
+    fastest); on a GPU it would read ``gpu (cuda: ...)`` and choose whole windows."""
+    assert describe_device() == engine.device == "cpu"
+    assert engine.config.decode == "auto" and engine.decode == "stream"
+
+
+def test_compiled_kernels_are_kept_in_the_cache_dir(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.delenv("MLX_PTX_CACHE_DIR", raising=False)
+    keep_compiled_kernels(tmp_path)
+    assert Path(os.environ["MLX_PTX_CACHE_DIR"]) == tmp_path / "mlx-ptx"
+    keep_compiled_kernels(tmp_path / "elsewhere")  # a setting already made is kept
+    assert Path(os.environ["MLX_PTX_CACHE_DIR"]) == tmp_path / "mlx-ptx"
+
+
+def test_warming_runs_every_shape_and_says_how_long(weights_cache: Path) -> None:
+    config = MlxConfig(decode="whole", compile="on", chunk_frames=16)
+    engine = MlxPiperEngine(cache_dir=weights_cache, seed=0, config=config)
+    assert engine.windows.buckets == (8, 16, 20)
+    seconds = engine.warm()
+    assert 0.0 < seconds < timeout(120)
 
 
 # --- parity with onnxruntime --------------------------------------------------------------
@@ -261,13 +300,21 @@ def test_overlap_crossfade_hides_the_joins(
     assert excess_s < 1e-4
 
 
-def test_native_convolutions_agree(engine: MlxPiperEngine, decoded: tuple[mx.array, Audio]) -> None:
-    """The GPU's path (MLX's own conv1d, polyphase included) gives the CPU path's audio."""
+def test_native_convolutions_agree(
+    engine: MlxPiperEngine, decoded: tuple[mx.array, Audio], ids: list[int]
+) -> None:
+    """The GPU's path (MLX's own conv1d, polyphase and grouped included) gives the CPU path's
+    durations and audio."""
     z_p = decoded[0][:12]
     native = PiperVits(engine.model.weights, matmul=not engine.model.matmul)
     np.testing.assert_allclose(
         np.array(native.decode(z_p)), np.array(engine.model.decode(z_p)), atol=1e-4
     )
+    x, _, _ = engine.model.encoder(mx.array(ids, dtype=mx.int32))
+    noise = mx.array(np.random.default_rng(3).standard_normal((len(ids), 2)).astype(np.float32))
+    np.testing.assert_allclose(
+        np.array(native.duration(x, noise)), np.array(engine.model.duration(x, noise)), atol=1e-3
+    )  # log durations, through three spline flows that magnify rounding: 2e-4 at most here
 
 
 def test_engine_yields_each_window_then_places_the_words(engine: MlxPiperEngine) -> None:
@@ -285,6 +332,111 @@ def test_engine_yields_each_window_then_places_the_words(engine: MlxPiperEngine)
         assert audio.dtype == np.float32 and np.abs(audio).max() <= 1.0
     faster = chunks(SynthesisOptions(speed=2.0))
     assert sum(map(len, faster)) < 0.7 * sum(map(len, default))
+
+
+# --- whole windows, batched ---------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def host_z(engine: MlxPiperEngine, decoded: tuple[mx.array, Audio]) -> npt.NDArray[np.float32]:
+    """The sentence's generator input: the flow's output, computed once for the sentence."""
+    return np.array(engine.model.flow.reverse(decoded[0]), dtype=np.float32)
+
+
+def test_whole_windows_are_the_one_shot_audio(
+    engine: MlxPiperEngine, decoded: tuple[mx.array, Audio], host_z: npt.NDArray[np.float32]
+) -> None:
+    """Each window decoded alone from its receptive field: the one-shot audio, no crossfade,
+    at its own length (the CPU's way) and padded to its bucket and masked (the GPU's way)."""
+    _, reference = decoded
+    frames = int(host_z.shape[0])
+    plan = window_plan(frames, 16, 8)
+    exact = WindowDecoder(engine.model, buckets_for(16, 8), bucketed=False)
+    assert (exact.left, exact.right) == (11, 11)  # HiFi-GAN's receptive field, in frames
+    assert frames > 2 * exact.left + 16  # so some windows below have all their context inside
+    audio = np.concatenate([exact.decode([Window(host_z, a, b)])[0] for a, b in plan])
+    np.testing.assert_allclose(audio, reference, atol=1e-5)
+    bucketed = WindowDecoder(engine.model, buckets_for(16, 8), compiled=False)
+    windows = [Window(host_z, a, b) for a, b in plan]
+    assert {bucketed.inner(w) for w in windows} == {True, False}
+    audio = np.concatenate([bucketed.decode([w])[0] for w in windows])
+    np.testing.assert_allclose(audio, reference, atol=1e-5)
+
+
+def test_batched_windows_are_each_window_decoded_alone(
+    engine: MlxPiperEngine, host_z: npt.NDArray[np.float32]
+) -> None:
+    """Windows of three streams (two sentences, at different places, of different buckets,
+    edge and inner) in one call, compiled: each the audio it has when decoded on its own."""
+    other = host_z[::-1][:70].copy()  # another sentence, shorter
+    windows = [
+        Window(host_z, 0, 8),
+        Window(other, 8, 24),
+        Window(host_z, 56, 72),
+        Window(other, 56, 70),
+        Window(host_z, 72, 88),
+        Window(other, 24, 40),
+    ]
+    batched = WindowDecoder(engine.model, buckets_for(16, 8))
+    alone = WindowDecoder(engine.model, buckets_for(16, 8), bucketed=False)
+    together = batched.decode(windows)
+    for window, audio in zip(windows, together, strict=True):
+        assert len(audio) == (window.end - window.start) * engine.model.hop
+        np.testing.assert_allclose(audio, alone.decode([window])[0], atol=1e-5)
+
+
+def test_a_whole_window_is_a_few_hundred_operations(engine: MlxPiperEngine) -> None:
+    """Counted on the GPU's graph (MLX's conv1d), built and not run: the streaming decoder's
+    64-frame window was 8,608 operations (issue 33). The flow runs once per sentence."""
+    native = PiperVits(engine.model.weights, matmul=False)
+    decoder = WindowDecoder(native, buckets_for(64, 8), compiled=False)
+    z = np.zeros((300, native.channels), np.float32)
+    inner, edge = Window(z, 100, 164), Window(z, 0, 64)
+    assert decoder.inner(inner) and not decoder.inner(edge)
+    counts = {w.start: sum(graph_ops(decoder.graph([w])).values()) for w in (inner, edge)}
+    stacked = sum(graph_ops(decoder.graph([inner] * 16)).values())
+    print(f"operations per 64-frame window: {counts}; 16 stacked: {stacked}")
+    assert counts[100] < 300 and counts[0] < 400
+    assert stacked == counts[100]  # a batch costs the operations of one window
+
+
+def test_float16_windows_stay_within_40_db_of_float32(
+    engine: MlxPiperEngine, host_z: npt.NDArray[np.float32]
+) -> None:
+    window = Window(host_z, 40, 48)
+    full = WindowDecoder(engine.model, (8,), bucketed=False).decode([window])[0]
+    half = WindowDecoder(engine.model, (8,), bucketed=False, dtype=mx.float16)
+    audio = half.decode([window])[0]
+    assert audio.dtype == np.float32
+    snr = snr_db(audio, full)
+    print(f"float16 against float32: {snr:.1f} dB")
+    assert snr >= 40.0
+
+
+def test_whole_decoding_through_the_engine_is_the_streaming_audio(weights_cache: Path) -> None:
+    """Same seed, same windows: the engine's ``whole`` decode gives the shipped decode's audio;
+    ``windows_of`` and ``decode_windows`` (the batched API) give it too."""
+    text, options = "Hello there, friend.", SynthesisOptions(chunk_frames=16)
+
+    def build(decode: str) -> MlxPiperEngine:
+        return MlxPiperEngine(
+            cache_dir=weights_cache, seed=5, config=MlxConfig(decode=decode, compile="off")
+        )
+
+    def audio(engine: MlxPiperEngine) -> list[Audio]:
+        return [a for a in engine.synthesize(text, options) if isinstance(a, np.ndarray)]
+
+    stream, whole = audio(build("stream")), audio(build("whole"))
+    assert [len(a) for a in whole] == [len(a) for a in stream]
+    np.testing.assert_allclose(np.concatenate(whole), np.concatenate(stream), atol=1e-5)
+    batched = build("whole")
+    *windows, words = batched.windows_of(text, options)
+    assert isinstance(words, WordStarts) and len(words.samples) == 3
+    windows = [w for w in windows if isinstance(w, Window)]
+    assert [(w.end - w.start) * 256 for w in windows] == [len(a) for a in stream]
+    np.testing.assert_allclose(
+        np.concatenate(batched.decode_windows(windows)), np.concatenate(stream), atol=1e-5
+    )
 
 
 # --- through a real server ----------------------------------------------------------------

@@ -1,12 +1,17 @@
-"""How close a windowed decode is to the one-shot one, for ``mlx_chunked.py`` and the MLX tests.
+"""How close a windowed decode is to the one-shot one, and how many MLX operations it costs,
+for ``mlx_chunked.py``, ``mlx_ops.py`` and the MLX tests.
 
 Measures only: the engine never needs them, so they are not shipped with it.
 """
 
 from __future__ import annotations
 
+import io
 import math
+import re
+from collections import Counter
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -42,3 +47,16 @@ def join_jumps(
         default=0.0,
     )
     return worst, excess
+
+
+_NODE = re.compile(r'label ="([^"]+)", shape=rectangle')
+
+
+def graph_ops(*arrays: Any) -> Counter[str]:
+    """The operations (by primitive) of the lazy MLX graph behind ``arrays``, not evaluated:
+    what an ``eval`` of them would dispatch (walked with ``mx.export_to_dot``)."""
+    import mlx.core as mx
+
+    dot = io.StringIO()
+    mx.export_to_dot(dot, *arrays)
+    return Counter(_NODE.findall(dot.getvalue()))

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+import numpy.typing as npt
 
 from ...audio import Audio
 from ..base import SynthesisOptions, WordStarts
@@ -27,10 +28,12 @@ from ..piper_words import WordPlacer, inference_chunks, phonemize
 
 if TYPE_CHECKING:
     from .model import PiperVits
+    from .windows import Window, WindowDecoder
 
 log = logging.getLogger(__name__)
 
-DECODE_MODES = ("stream", "overlap")
+DECODE_MODES = ("auto", "stream", "overlap", "whole")
+DTYPES = ("float32", "float16")
 ENV_PREFIX = "VOICEWS_MLX_"
 
 
@@ -48,13 +51,28 @@ class MlxConfig:
     lookahead the layers after it need, then costs a fraction of the encoder's time, so compute
     before first audio is about a tenth of the whole segment's; 4 gains nothing measurable, 16
     costs more."""
-    decode: str = "stream"
-    """``stream`` (exact, state carried across windows) or ``overlap`` (windows decoded alone
-    with context, crossfaded). A session that sets ``overlap_frames`` asks for overlap."""
+    decode: str = "auto"
+    """``auto`` (``whole`` where MLX's default device is a GPU, else ``stream``), ``stream``
+    (exact, state carried across windows: each position computed once), ``whole`` (the flow
+    over the sentence, then each window alone from its receptive field, exact to float
+    rounding, ~200 operations a window against the stream's ~8,600, batched across sessions:
+    the GPU's; see ``windows.py``) or ``overlap`` (windows decoded alone with less context,
+    crossfaded). A session that sets ``overlap_frames`` asks for overlap. Measured on MLX's
+    CPU backend (python -m bench mlx_ops --time 3, 2 busy cores): ``whole`` took 10% less CPU than
+    ``stream``, but its first audio on a 8.4 s sentence came after 2.9 s against 1.2 s (the
+    flow over the whole sentence first), so a CPU keeps ``stream``."""
     overlap_frames: int = 24
     """Context frames for ``overlap`` decoding: the flow sees 32 frames each way, and measured
     SNR against the one-shot decode was 64-103 dB with 24 frames of context, but only 24-44 dB
     with 16 and 20-34 with 12 (three sentences, 32-frame windows)."""
+    dtype: str = "float32"
+    """``float16`` runs the ``whole`` decoder in half precision: 43.6 dB SNR from float32 on an
+    H200 (issue 33); bfloat16 was only 25.6 dB, so it is not offered."""
+    compile: str = "auto"
+    """``on``: the ``whole`` decoder pads windows to buckets, stacks them and runs them
+    through ``mx.compile`` (one graph per bucket and batch size: for a GPU); ``off``: each
+    window at its own length, nothing computed outside the sentence (for a CPU); ``auto``:
+    ``on`` where MLX's default device is a GPU."""
     device: str = ""
     """``cpu`` or ``gpu`` (any case) to override MLX's default device."""
 
@@ -65,6 +83,10 @@ class MlxConfig:
                 raise ValueError(f"{ENV_PREFIX}{name.upper()} must be at least {minimum}")
         if self.decode not in DECODE_MODES:
             raise ValueError(f"{ENV_PREFIX}DECODE must be one of {DECODE_MODES}")
+        if self.compile not in ("auto", "on", "off"):
+            raise ValueError(f"{ENV_PREFIX}COMPILE must be auto, on or off")
+        if self.dtype not in DTYPES:
+            raise ValueError(f"{ENV_PREFIX}DTYPE must be one of {DTYPES}")
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] = os.environ) -> MlxConfig:
@@ -91,6 +113,7 @@ class MlxPiperEngine:
         seed: int | None = None,
         config: MlxConfig | None = None,
     ) -> None:
+        keep_compiled_kernels(cache_dir)
         import mlx.core as mx
         from piper import PiperVoice
         from piper.config import PiperConfig
@@ -119,9 +142,33 @@ class MlxPiperEngine:
         self._length_scale = float(voice_config.length_scale)
         self.sample_rate: int = voice_config.sample_rate
         self.model: PiperVits = PiperVits(load_voice_weights(model, cache_dir))
-        self.device = str(mx.default_device())
+        self.device = describe_device()
         self._rng = np.random.default_rng(seed)
+        self._windows: WindowDecoder | None = None
+        self.decode = self.config.decode
+        """The decoder in use: ``auto`` resolved for the device."""
+        if self.decode == "auto":
+            self.decode = "stream" if self.device == "cpu" else "whole"
         log.info("mlx-piper: %s on %s", model.name, self.device)
+
+    @property
+    def windows(self) -> WindowDecoder:
+        """The ``whole`` decoder, built on first use (it sizes its receptive field then)."""
+        if self._windows is None:
+            import mlx.core as mx
+
+            from .windows import WindowDecoder, buckets_for
+
+            config = self.config
+            on = config.compile == "on" or (config.compile == "auto" and self.device != "cpu")
+            self._windows = WindowDecoder(
+                self.model,
+                buckets_for(config.chunk_frames, config.initial_chunk_frames),
+                bucketed=on,
+                compiled=on,
+                dtype=mx.float16 if config.dtype == "float16" else mx.float32,
+            )
+        return self._windows
 
     def phoneme_ids(self, text: str, speed: float = 1.0) -> list[list[int]]:
         """Piper's phoneme ids for each inference of ``text``: per sentence, exactly as
@@ -136,31 +183,126 @@ class MlxPiperEngine:
         ]
 
     def synthesize(self, text: str, options: SynthesisOptions) -> Iterator[Audio | WordStarts]:
-        from .decode import overlap_windows, streaming_windows, window_plan
+        from .decode import overlap_windows, streaming_windows
 
         config = self.config
-        chunk = options.chunk_frames or config.chunk_frames
-        initial = min(config.initial_chunk_frames, chunk)
         overlap = options.overlap_frames
         if overlap is None and config.decode == "overlap":
             overlap = config.overlap_frames
         timed = []
         for phonemes, ids in self._sentences(text, options.speed):
-            latents = self.model.latents(
-                ids,
-                noise_scale=self._noise_scale,
-                length_scale=self._length_scale / options.speed,
-                noise_w=self._noise_w,
-                rng=self._rng,
-            )
-            plan = window_plan(int(latents.z_p.shape[0]), chunk, initial)
-            if overlap is None:
-                windows = streaming_windows(self.model, latents.z_p, plan)
+            latents = self._latents(ids, options.speed)
+            plan = self._plan(int(latents.z_p.shape[0]), options)
+            if overlap is not None:
+                windows: Iterator[Any] = overlap_windows(self.model, latents.z_p, plan, overlap)
+            elif self.decode == "whole":
+                windows = self._whole(latents.z_p, plan)
             else:
-                windows = overlap_windows(self.model, latents.z_p, plan, overlap)
+                windows = streaming_windows(self.model, latents.z_p, plan)
             for audio in windows:
                 yield np.array(audio, dtype=np.float32)
             timed.append((phonemes, latents.durations * self._hop))
         placed = self._words.place(text, timed) if timed else None
         if placed is not None:
             yield placed
+
+    def _latents(self, ids: list[int], speed: float) -> Any:
+        return self.model.latents(
+            ids,
+            noise_scale=self._noise_scale,
+            length_scale=self._length_scale / speed,
+            noise_w=self._noise_w,
+            rng=self._rng,
+        )
+
+    def _plan(self, frames: int, options: SynthesisOptions) -> list[tuple[int, int]]:
+        from .decode import window_plan
+
+        chunk = options.chunk_frames or self.config.chunk_frames
+        return window_plan(frames, chunk, min(self.config.initial_chunk_frames, chunk))
+
+    def _whole(self, z_p: Any, plan: list[tuple[int, int]]) -> Iterator[Any]:
+        from .windows import Window
+
+        z = self._decoder_input(z_p)
+        for start, end in plan:
+            (audio,) = self.windows.decode([Window(z, start, end)])
+            yield audio
+
+    def _decoder_input(self, z_p: Any) -> npt.NDArray[np.float32]:
+        """The flow's output for a whole sentence, on the host: the windows' input."""
+        import mlx.core as mx
+
+        z = self.model.flow.reverse(z_p)
+        mx.eval(z)
+        return np.array(z, dtype=np.float32)
+
+    def windows_of(self, text: str, options: SynthesisOptions) -> Iterator[Window | WordStarts]:
+        """``text``'s windows in order, then its word starts, as ``synthesize`` gives audio:
+        for a caller that decodes several streams' windows at once (:meth:`decode_windows`).
+        Each sentence's encoder, durations and flow run when its first window is asked for."""
+        from .windows import Window
+
+        timed = []
+        for phonemes, ids in self._sentences(text, options.speed):
+            latents = self._latents(ids, options.speed)
+            z = self._decoder_input(latents.z_p)
+            for start, end in self._plan(int(z.shape[0]), options):
+                yield Window(z, start, end)
+            timed.append((phonemes, latents.durations * self._hop))
+        placed = self._words.place(text, timed) if timed else None
+        if placed is not None:
+            yield placed
+
+    def decode_windows(self, windows: list[Window]) -> list[npt.NDArray[np.float32]]:
+        """The audio of ready windows of any streams, decoded together: stacked on the batch
+        axis per window bucket, one evaluation per bucket. Equal to decoding each alone."""
+        return self.windows.decode(windows)
+
+    def warm(self, batches: tuple[int, ...] = (1,)) -> float:
+        """Compiles and runs the shapes synthesis will use (one sentence through the encoder,
+        each window bucket at each batch size); returns the seconds it took. Before this, a
+        fresh process's first window pays the kernel compilation (10-14 s on MLX CUDA)."""
+        import time
+
+        start = time.perf_counter()
+        for _ in self.synthesize("Warming up.", SynthesisOptions()):
+            pass
+        if self.decode == "whole":
+            self.windows.warm(batches)
+        return time.perf_counter() - start
+
+
+def keep_compiled_kernels(cache_dir: Path | None = None) -> None:
+    """Points MLX's CUDA kernel cache (``MLX_PTX_CACHE_DIR``) at ``$VOICEWS_CACHE_DIR/mlx-ptx``
+    unless it is set: MLX's default, ``/tmp/mlx/<version>/ptx``, is lost with ``/tmp`` (a
+    fresh container, a reboot), and then the first window compiles its kernels again (10-14 s
+    on an H200). Read once, at MLX's first kernel compilation; Metal keeps no such cache."""
+    from ...cache import cache_dir as default_cache_dir
+
+    folder = (cache_dir or default_cache_dir()) / "mlx-ptx"
+    os.environ.setdefault("MLX_PTX_CACHE_DIR", str(folder))
+
+
+def describe_device() -> str:
+    """MLX's default device and its backend, for the server's log: ``gpu (cuda: NVIDIA H200)``.
+
+    ``voicews serve`` logs it once the compute worker has built the engine, so a deployment
+    shows whether the GPU is in use (a CPU-only wheel falls back silently otherwise).
+    """
+    import mlx.core as mx
+
+    device = mx.default_device()
+    if device == mx.cpu:
+        return "cpu"
+    if mx.cuda.is_available():
+        backend = "cuda"
+    elif mx.metal.is_available():
+        backend = "metal"
+    else:
+        backend = "unknown"
+    try:
+        name = str(mx.device_info().get("device_name", ""))
+    except (AttributeError, RuntimeError):
+        name = ""
+    return f"gpu ({backend}: {name})" if name else f"gpu ({backend})"

@@ -81,20 +81,24 @@ class Conv:
 
     def valid(self, x: mx.array) -> mx.array:
         """Outputs only where the whole kernel lies inside ``x``: ``len(x) - span`` of them."""
-        length = x.shape[0] - self.span
+        length = x.shape[-2] - self.span
         if self._native:
-            y = mx.conv1d(x[None], self._weight, dilation=self.dilation)[0]
+            if x.ndim == 2:  # reshapes: one operation each, where indexing is two
+                y = self.valid(x.reshape(1, *x.shape))
+                return y.reshape(y.shape[1:])
+            y = mx.conv1d(x, self._weight, dilation=self.dilation)
             return y if self._bias is None else y + self._bias
         # One matmul per tap, accumulated: measured faster on the CPU than building the im2col
         # matrix (a copy of the input per tap) for one large matmul.
         d = self.dilation
+        first = x if self.span == 0 else x[..., 0:length, :]
         y = (
-            x[0:length] @ self._taps[0]
+            first @ self._taps[0]
             if self._bias is None
-            else mx.addmm(self._bias, x[0:length], self._taps[0])
+            else mx.addmm(self._bias, first, self._taps[0])
         )
         for k in range(1, self.kernel):
-            y = mx.addmm(y, x[k * d : k * d + length], self._taps[k])
+            y = mx.addmm(y, x[..., k * d : k * d + length, :], self._taps[k])
         return y
 
     def __call__(self, x: mx.array) -> mx.array:
@@ -102,10 +106,14 @@ class Conv:
 
 
 class DepthwiseConv:
-    """A grouped convolution with one channel per group (the duration predictor's DDSConv)."""
+    """A grouped convolution with one channel per group (the duration predictor's DDSConv):
+    MLX's grouped ``conv1d`` where convolutions run natively (one operation, not one slice,
+    multiply and add per tap), else a multiply-add per tap."""
 
-    def __init__(self, weight: mx.array, bias: mx.array, attrs: ConvAttrs) -> None:
+    def __init__(self, weight: mx.array, bias: mx.array, attrs: ConvAttrs, matmul: bool) -> None:
+        self._weight = weight  # (C, K, 1)
         self._taps = mx.array(np.ascontiguousarray(np.asarray(weight)[:, :, 0].T))  # (K, C)
+        self._native = not matmul
         self.kernel = int(weight.shape[1])
         self.dilation = attrs.dilation
         self.pad_left, self.pad_right = attrs.pad_left, attrs.pad_right
@@ -114,6 +122,12 @@ class DepthwiseConv:
 
     def __call__(self, x: mx.array) -> mx.array:
         x = pad_time(x, self.pad_left, self.pad_right)
+        if self._native:
+            groups = int(self._weight.shape[0])
+            y = mx.conv1d(
+                x.reshape(1, *x.shape), self._weight, dilation=self.dilation, groups=groups
+            )
+            return y.reshape(y.shape[1:]) + self._bias
         length = x.shape[0] - self.span
         d = self.dilation
         y = self._bias + x[0:length] * self._taps[0]
@@ -145,7 +159,7 @@ class Upsample:
             if (k - r - padding) % stride == 0
         ]
         j_min, j_max = min(t[2] for t in taps), max(t[2] for t in taps)
-        poly = np.zeros((stride, out_channels, j_max - j_min + 1, in_channels), np.float32)
+        poly = np.zeros((stride, out_channels, j_max - j_min + 1, in_channels), w.dtype)
         for r, k, j in taps:
             poly[r, :, j_max - j, :] = w[:, k, :]
         self.stride = stride
@@ -162,7 +176,7 @@ class Upsample:
 
     def valid(self, x: mx.array) -> mx.array:
         y = self._conv.valid(x)
-        return y.reshape(y.shape[0] * self.stride, self.out_channels)
+        return y.reshape(*y.shape[:-2], y.shape[-2] * self.stride, self.out_channels)
 
     def __call__(self, x: mx.array) -> mx.array:
         return self.valid(pad_time(x, self.pad_left, self.pad_right))
@@ -284,6 +298,7 @@ class DDSConv:
                 w[f"{prefix}.convs_sep.{i}.weight"],
                 w[f"{prefix}.convs_sep.{i}.bias"],
                 w.conv(f"{prefix}.convs_sep.{i}"),
+                matmul,
             )
             for i in range(n)
         ]
@@ -428,7 +443,7 @@ class Coupling:
 
 
 def gated(x: mx.array, hidden: int) -> mx.array:
-    return mx.tanh(x[:, :hidden]) * mx.sigmoid(x[:, hidden:])
+    return mx.tanh(x[..., :hidden]) * mx.sigmoid(x[..., hidden:])
 
 
 class Flow:
@@ -574,6 +589,7 @@ class PiperVits:
         dp_noise = rng.standard_normal((len(ids), 2)).astype(np.float32) * np.float32(noise_w)
         logw = self.duration(x, mx.array(dp_noise))
         w = mx.ceil(mx.exp(logw) * length_scale)
+        mx.eval(w)  # the one host round trip: the durations decide every shape after them
         durations = np.array(w).astype(np.int64)
         frames = int(durations.sum())
         if frames == 0:  # Piper clamps to one frame, which its path leaves at zero

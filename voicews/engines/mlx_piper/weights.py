@@ -183,6 +183,13 @@ def load_voice_weights(model: Path, directory: Path | None = None) -> VoiceWeigh
             str(tmp), {k: mx.array(v) for k, v in arrays.items()}, metadata={_METADATA_KEY: meta}
         )
         os.replace(tmp, path)
+    return read_converted(path)
+
+
+def read_converted(path: Path) -> VoiceWeights:
+    """A converted voice's safetensors file, as written above (also where no ``.onnx`` is)."""
+    import mlx.core as mx
+
     loaded, metadata = cast(
         "tuple[dict[str, mx.array], dict[str, str]]", mx.load(str(path), return_metadata=True)
     )
