@@ -10,6 +10,7 @@ from voicews.text.segmenter import (
     Segmenter,
     SegmenterConfig,
     Urgency,
+    _classify,
     speakable,
     spoken_length,
 )
@@ -95,8 +96,14 @@ def test_a_first_segment_holds_at_least_what_it_is_asked_to() -> None:
     seg.feed("Sure, I can help with")
     assert seg.next_segment(Urgency.FIRST, first_chars=20) is None  # "Sure," is too little
     seg.feed(" that")
+    # Never "help with": a preposition is heard as the start of what follows.
+    assert seg.next_segment(Urgency.FIRST, first_chars=20) is None
+    seg.feed(" today")
     got = seg.next_segment(Urgency.FIRST, first_chars=20)
-    assert got is not None and (got.text, got.boundary) == ("Sure, I can help with", Boundary.WORD)
+    assert got is not None and (got.text, got.boundary) == (
+        "Sure, I can help with that",
+        Boundary.WORD,
+    )
     short = Segmenter()
     short.feed("Hi.")
     short.close()  # all there will be: spoken however short
@@ -123,7 +130,8 @@ def test_urgent_cuts_at_clauses_and_critical_at_words() -> None:
     seg.feed("ght in the")
     assert seg.next_segment(Urgency.URGENT) is None  # only word ends: wait for more
     got = seg.next_segment(Urgency.CRITICAL)
-    assert got is not None and (got.text, got.boundary) == ("warm and bright in", Boundary.WORD)
+    # Before the phrase "in the ...", never after its preposition.
+    assert got is not None and (got.text, got.boundary) == ("warm and bright", Boundary.WORD)
 
 
 def test_a_first_segment_never_runs_past_a_sentence_end() -> None:
@@ -384,3 +392,16 @@ def test_a_url_still_arriving_is_flushed_when_the_text_pauses() -> None:
 def test_urls_are_read_as_host_and_path_at_most_url_chars(text: str, spoken: str) -> None:
     assert speakable(text) == spoken
     assert len(speakable(text).split()) == len(text.split())  # word timings keep their places
+
+
+def test_a_word_cut_never_ends_on_an_article_a_preposition_or_a_conjunction() -> None:
+    """Issue 28: "the", "of", "and" are heard as the start of what follows; cut before a
+    phrase ("with", "because") where a word cut must be made, and never try "In the"."""
+    seg = Segmenter()
+    seg.feed("It goes to the station of the city and then")
+    got = seg.next_segment(Urgency.CRITICAL)
+    assert got is not None and got.text == "It goes to the station of the city"
+    assert _classify("the") is None and _classify("With") is None and _classify("city") is not None
+    seg = Segmenter()
+    seg.feed("In the")
+    assert seg.trial_first() is None

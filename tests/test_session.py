@@ -445,7 +445,7 @@ def test_with_all_the_text_in_a_sentence_too_long_to_fit_is_cut_once_critical() 
     wake = s.wakeup_at(0.1)
     assert wake is not None and abs(wake - (0.592 - COST.latency(36) - 0.1)) < 0.001
     s.tick(wake)
-    assert one(s).text == "I can help with"  # what fits with two thirds of the margin kept
+    assert one(s).text == "I can help"  # fits with two thirds of the margin, before "with"
 
 
 def test_rate_limit_refuses_messages_over_the_rate() -> None:

@@ -34,6 +34,18 @@ URL_CHARS = 40
 """Longest reading of a URL; see :func:`speakable`."""
 _URL_LIKE = re.compile(r"://|@|/|www\.|\w\.\w")
 _TOKEN = re.compile(r"\S+")
+_BINDS_FORWARD = frozenset(
+    """a an the this these those my your his her its our their some any every each of to in
+    on at for with from by into onto upon about under between through during without within
+    and or but nor than if""".split()
+)
+"""Words heard as the start of what follows ("the", "of", "and"): a segment never ends on one,
+or its falling end would cut a phrase from its noun."""
+_PHRASE_STARTS = frozenset(
+    """and or but so because which who whose where when while although though unless until
+    since if that to for with from in on at by after before about during without""".split()
+)
+"""Words a phrase starts with: at a word cut, the place before one is the better one."""
 _NUMBER = re.compile(r"[$\u20ac\u00a3#]?\d[\d,.:]*%?")  # 3, $1,249.99, 10:30, 60%
 _READ_AS_WORD = re.compile("[0-9$\u20ac\u00a3%#]")
 SPOKEN_EXTRA = 6
@@ -131,6 +143,7 @@ class _Cut:
     words: int  # tokens before the cut
     chars: int  # length of the stripped segment text
     spoken: int  # its spoken_length
+    before_phrase: bool = False  # the next word starts a phrase ("and", "because", "with")
 
 
 class Segmenter:
@@ -221,6 +234,8 @@ class Segmenter:
             return None
         if not words[-1].replace("'", "").replace("\u2019", "").isalpha():
             return None
+        if words[-1].lower() in _BINDS_FORWARD:
+            return None  # "In the" is no phrase: wait for its noun
         if len(words) < self.config.first_words or len(text) > self.config.max_chars:
             return None
         return Segment(text, Boundary.WORD) if spoken_length(text) >= first_chars else None
@@ -253,19 +268,20 @@ class Segmenter:
             return self._take(clauses[-1])
         if urgency is Urgency.URGENT:
             return None
-        if good:
-            return self._take(good[-1])
+        phrases = [c for c in good if c.before_phrase]
+        if phrases or good:
+            return self._take((phrases or good)[-1])
         gaining = [c for c in cuts if c.spoken >= fit.least]
         best = gaining[0] if gaining else self._best(cuts)
         return self._take(best) if best is not None else None
 
     @staticmethod
     def _best(cuts: list[_Cut]) -> _Cut | None:
-        """The longest piece ending at a clause, else at a word."""
+        """The longest piece ending at a clause, else before a phrase, else at a word."""
         clauses = [c for c in cuts if c.boundary >= Boundary.CLAUSE]
-        if clauses:
-            return clauses[-1]
-        return cuts[-1] if cuts else None
+        phrases = [c for c in cuts if c.before_phrase]
+        best = clauses or phrases or cuts
+        return best[-1] if best else None
 
     def _oversize(self, cuts: list[_Cut], flush: bool = False) -> Segment | None:
         """Over the cap with no cut inside it: a URL through its end (None while it grows,
@@ -309,7 +325,8 @@ class Segmenter:
         marks = [mark.start() for mark in _READ_AS_WORD.finditer(buf)]  # see spoken_length
         read = 0  # the marks before the token's end
         said = False  # a letter or digit so far: no piece of punctuation alone (an ellipsis' rest)
-        for words, match in enumerate(_TOKEN.finditer(buf), start=1):
+        tokens = list(_TOKEN.finditer(buf))
+        for words, match in enumerate(tokens, start=1):
             token, end = match.group(), match.end()
             while read < len(marks) and marks[read] < end:
                 read += 1
@@ -326,7 +343,9 @@ class Segmenter:
                 boundary = _early_boundary(token, first)
             if boundary is not None and (said or final):
                 spoken = end - lead + SPOKEN_EXTRA * read
-                cuts.append(_Cut(end, boundary, words, end - lead, spoken))
+                after = tokens[words].group() if words < len(tokens) else ""
+                phrase = after.lstrip(_OPENERS).lower() in _PHRASE_STARTS
+                cuts.append(_Cut(end, boundary, words, end - lead, spoken, phrase))
         return cuts
 
 
@@ -344,6 +363,8 @@ def _classify(token: str) -> Boundary | None:
         return Boundary.CLAUSE
     if _NUMBER.fullmatch(core):
         return None  # a number belongs with what follows: "3 p.m.", "18 degrees"
+    if core.lstrip(_OPENERS).lower() in _BINDS_FORWARD:
+        return None  # "the", "of", "and": the start of what follows
     return Boundary.WORD
 
 
