@@ -106,6 +106,10 @@ class Summary:
     rtf_med: float
     segments_med: float
     first_words_med: float
+    words_per_segment_med: float
+    one_word_mid: int
+    """Segments of one word neither first nor last in their reply: heard as prosody breaks."""
+    mid_segments: int
     stalled_runs: int
     failed_runs: int
 
@@ -131,6 +135,11 @@ class Summary:
             first_words_med=med(
                 values(lambda r: len(r.segment_texts[0].split()) if r.segment_texts else None)
             ),
+            words_per_segment_med=med(
+                [float(len(t.split())) for r in runs for t in r.segment_texts]
+            ),
+            one_word_mid=sum(len(t.split()) == 1 for r in runs for t in r.segment_texts[1:-1]),
+            mid_segments=sum(max(0, len(r.segment_texts) - 2) for r in runs),
             stalled_runs=sum(r.stall_ms > STALL_MS for r in runs),
             failed_runs=sum(bool(r.errors) or r.cancelled or r.ttfa_ms is None for r in runs),
         )
@@ -293,6 +302,9 @@ COLUMNS: tuple[tuple[str, str, Callable[[Summary], float]], ...] = (
     ("end->last med", "{:>14.0f}", lambda s: s.end_to_last_med_ms),
     ("RTF med", "{:>8.3f}", lambda s: s.rtf_med),
     ("segs med", "{:>9.1f}", lambda s: s.segments_med),
+    ("words/seg", "{:>10.1f}", lambda s: s.words_per_segment_med),
+    ("1-word mid", "{:>11.0f}", lambda s: s.one_word_mid),
+    ("mid segs", "{:>9.0f}", lambda s: s.mid_segments),
     (f"stall>{STALL_MS:.0f}ms", "{:>11.0f}", lambda s: s.stalled_runs),
 )
 
