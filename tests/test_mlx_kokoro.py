@@ -45,7 +45,7 @@ from voicews.engines.kokoro.mlx_weights import (  # noqa: E402
     read_onnx,
 )
 from voicews.engines.kokoro.phonemes import PAD, phonemize, tokenize  # noqa: E402
-from voicews.engines.mlx_piper.model import Conv  # noqa: E402
+from voicews.engines.mlx_piper.layers import Conv  # noqa: E402
 from voicews.server import ServerConfig  # noqa: E402
 
 TEXT = "Hello there, how can I help?"

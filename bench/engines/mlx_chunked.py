@@ -37,7 +37,8 @@ import numpy as np
 from bench.engines.measures import join_jumps, snr_db
 from voicews.engines.mlx_piper.decode import overlap_windows, streaming_windows, window_plan
 from voicews.engines.mlx_piper.engine import MlxConfig, MlxPiperEngine
-from voicews.engines.mlx_piper.model import PiperVits, Upsample
+from voicews.engines.mlx_piper.layers import Upsample
+from voicews.engines.mlx_piper.model import PiperVits
 
 LONG_SENTENCE = (
     "Your flight to Denver leaves early tomorrow morning from gate twelve, so please arrive at "

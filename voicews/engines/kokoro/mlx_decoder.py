@@ -12,7 +12,7 @@ from collections.abc import Callable
 import mlx.core as mx
 import numpy as np
 
-from ..mlx_piper.model import Conv, Upsample, leaky_relu
+from ..mlx_piper.layers import Conv, Upsample, leaky_relu
 from .assets import SAMPLE_RATE
 from .mlx_layers import AdaIN, AdainResBlock, Linear, StridedConv, Weights, same_conv
 

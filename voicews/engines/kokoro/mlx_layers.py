@@ -9,7 +9,7 @@ import math
 import mlx.core as mx
 import numpy as np
 
-from ..mlx_piper.model import Conv, leaky_relu
+from ..mlx_piper.layers import Conv, leaky_relu
 
 Weights = dict[str, mx.array]
 

@@ -19,7 +19,7 @@ import mlx.core as mx
 import numpy as np
 import numpy.typing as npt
 
-from ..mlx_piper.model import default_use_matmul
+from ..mlx_piper.layers import default_use_matmul
 from .mlx_decoder import Decoder
 from .mlx_layers import Weights
 from .mlx_prosody import Predictor

@@ -7,7 +7,7 @@ import math
 
 import mlx.core as mx
 
-from ..mlx_piper.model import leaky_relu
+from ..mlx_piper.layers import leaky_relu
 from .mlx_layers import BiLSTM, Linear, Weights, layer_norm, same_conv
 
 

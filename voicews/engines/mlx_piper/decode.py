@@ -28,18 +28,10 @@ from functools import partial
 
 import mlx.core as mx
 
-from .model import (
-    FINAL_LRELU_SLOPE,
-    LRELU_SLOPE,
-    Conv,
-    Flow,
-    Generator,
-    PiperVits,
-    Upsample,
-    gated,
-    leaky_relu,
-    pad_time,
-)
+from .flow import Flow, gated
+from .generator import Generator
+from .layers import FINAL_LRELU_SLOPE, LRELU_SLOPE, Conv, Upsample, leaky_relu, pad_time
+from .model import PiperVits
 
 Window = tuple[int, int]
 Act = Callable[[mx.array], mx.array]

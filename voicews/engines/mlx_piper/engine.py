@@ -42,7 +42,7 @@ class MlxConfig:
     """Server-wide settings; each field is read from ``VOICEWS_MLX_<FIELD>`` by :meth:`from_env`."""
 
     chunk_frames: int = 64
-    """Latent frames per window once ramped up. Measured with bench/mlx_chunked.py (9 s
+    """Latent frames per window once ramped up. Measured with python -m bench mlx_chunked (9 s
     sentence, MLX CPU): streaming costs 10-20% more compute than the one-shot decode at 64
     frames, 25-45% at 16-32; 128 saves a few percent more but holds the compute worker (which
     switches jobs between windows) twice as long."""

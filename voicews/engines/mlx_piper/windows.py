@@ -26,7 +26,8 @@ import mlx.core as mx
 import numpy as np
 import numpy.typing as npt
 
-from .model import FINAL_LRELU_SLOPE, LRELU_SLOPE, Conv, PiperVits, Upsample
+from .layers import FINAL_LRELU_SLOPE, LRELU_SLOPE, Conv, Upsample
+from .model import PiperVits
 from .weights import VoiceWeights
 
 Act = Callable[[mx.array], mx.array]
