@@ -87,17 +87,19 @@ class ServerConfig:
     the same sessions and worker (``voicews.dialects.wyoming``; needs the ``wyoming`` package)."""
 
 
-MMAP_THRESHOLD = 256 * 1024
-"""Buffers this large or larger are mapped on their own by glibc's malloc (``mallopt``)."""
+MMAP_THRESHOLD = 1 << 20
+"""Buffers this large or larger are mapped on their own by glibc's malloc (``mallopt``):
+onnxruntime's arena regions past its first, and long audio. With 256 KiB memory came back
+as well, at more system calls; with 4 MiB, 47 MiB stayed (one run each)."""
 
 
 def give_back_freed_memory() -> None:
     """Make glibc map every buffer of ``MMAP_THRESHOLD`` or more on its own, so that freeing
     it gives it back to the system. By default the threshold rises to the largest buffer
     freed so far (up to 32 MiB), and from then on such buffers come from heaps that shrink
-    only from their top: the session-abuse family left 126 MiB that way (and 290 MiB once
-    onnxruntime's arena gave its regions back to glibc), kept with no client connected; with
-    this, 2 MiB. Nothing where the C library is not glibc."""
+    only from their top: the session-abuse family left 122-126 MiB that way (and 290 MiB
+    once onnxruntime's arena gave its regions back to glibc), kept with no client connected;
+    with this, 4 MiB. Nothing where the C library is not glibc."""
     m_mmap_threshold = -3
     with contextlib.suppress(OSError, AttributeError):
         ctypes.CDLL("libc.so.6").mallopt(m_mmap_threshold, MMAP_THRESHOLD)
