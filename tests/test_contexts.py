@@ -2,8 +2,14 @@
 
 from __future__ import annotations
 
+import time
+
+from test_e2e import LONG
 from test_session import drain, errors, make, one, speech, synthesize
 
+from conftest import timeout
+from voicews import protocol as wire
+from voicews.client import RealtimeClient
 from voicews.core.events import (
     AudioFrame,
     ContextClosed,
@@ -173,3 +179,41 @@ def test_a_busy_context_is_not_idle() -> None:
     assert not any(isinstance(i, ContextClosed) for i in drain(s, 25.0))
     synthesize(s, req, 1.0, 25.0)
     assert errors(drain(s, 25.0)) == []
+
+
+async def test_contexts_on_a_real_server(client: RealtimeClient) -> None:
+    """Two contexts on one socket: the first closed mid-speech goes silent at once, the other
+    speaks on; every frame and event says its context."""
+    await client.turn_reset("long", context_id="a")
+    await client.turn_reset("short", context_id="b")
+    await client.text_delta(LONG, context_id="a")
+    await client.end_text(context_id="a")
+    await client.text_delta("And now the other context speaks.", context_id="b")
+    await client.end_text(context_id="b")
+    item = await client.recv(timeout(20))
+    while not isinstance(item, AudioFrame):
+        item = await client.recv(timeout(20))
+    assert item.context_id == "a"
+    await client.close_context("a")
+    closed_at = time.perf_counter()
+    silent_after: float | None = None
+    b_frames: list[AudioFrame] = []
+    events: list[object] = []
+    while True:
+        item = await client.recv(timeout(20))
+        if isinstance(item, AudioFrame) and item.context_id == "a":
+            assert silent_after is None, "a frame of a closed context"
+        elif isinstance(item, AudioFrame):
+            b_frames.append(item)
+        else:
+            events.append(item)
+            if isinstance(item, wire.ContextClosed):
+                silent_after = time.perf_counter() - closed_at
+            if isinstance(item, wire.TurnDone) and item.context_id == "b":
+                break
+    assert silent_after is not None and silent_after < 0.3
+    assert b_frames and all(f.turn_id == "short" for f in b_frames)
+    done = [e for e in events if isinstance(e, wire.TurnDone)]
+    assert [(d.context_id, d.cancelled) for d in done] == [("a", True), ("b", False)]
+    assert wire.ContextClosed(context_id="a", reason="closed") in events
+    assert not [e for e in events if isinstance(e, wire.Error)]
