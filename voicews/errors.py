@@ -97,6 +97,9 @@ class CloseCode(IntEnum):
     """After ``idle_timeout``."""
     GOING_AWAY = 1001
     """Server shutdown, once the session's live turn is done."""
+    POLICY_VIOLATION = 1008
+    """The ElevenLabs dialect: a first message without a valid ``xi_api_key``, where the
+    handshake offered no token."""
 
 
 @dataclass(frozen=True, slots=True)
