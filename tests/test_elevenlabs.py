@@ -12,8 +12,11 @@ from contextlib import asynccontextmanager
 from dataclasses import replace
 from typing import Any
 
+import aiohttp
 import pytest
 import websockets
+from livekit.agents.types import USERDATA_TIMED_TRANSCRIPT, TimedString
+from livekit.plugins import elevenlabs
 from pipecat.frames.frames import (
     EndFrame,
     ErrorFrame,
@@ -212,3 +215,57 @@ async def test_pipecat_elevenlabs_service_two_turns_the_first_interrupted(
     assert " ".join(w.text for w in words).split() == (THIRD + " " + FIRST).split()
     pts = [w.pts for w in words]
     assert all(p is not None for p in pts) and pts == sorted(pts) and pts[0] != pts[-1]
+
+
+async def livekit_tokens(stream: Any, text: str, end: bool = True) -> None:
+    for piece in word_pieces(text):
+        stream.push_text(piece)
+        await asyncio.sleep(1 / TOKENS_PER_S)
+    if end:
+        stream.end_input()
+
+
+async def test_livekit_elevenlabs_plugin_two_turns_the_first_interrupted(
+    server: VoicewsServer,
+) -> None:
+    cancelled_before = await cancelled_turns(server)
+    async with aiohttp.ClientSession() as http:
+        voice = elevenlabs.TTS(
+            api_key="unused",
+            base_url=f"http://127.0.0.1:{server.port}/v1",
+            encoding="pcm_22050",  # the plugin's default is mp3, which voicews does not serve
+            http_session=http,
+        )
+        first = voice.stream()
+        feeding = asyncio.create_task(livekit_tokens(first, SECOND, end=False))
+        seconds = 0.0
+        async with asyncio.timeout(timeout(30)):
+            async for ev in first:
+                seconds += ev.frame.duration
+                if seconds > 1.0:
+                    break
+        feeding.cancel()
+        await first.aclose()  # the barge-in: the plugin closes the context
+
+        second = voice.stream()
+        feeding = asyncio.create_task(livekit_tokens(second, FIRST))
+        started = time.perf_counter()
+        events = []
+        async with asyncio.timeout(timeout(30)):
+            async for ev in second:
+                if not events:
+                    first_audio = time.perf_counter() - started
+                events.append(ev)
+        await feeding
+        await second.aclose()
+        await voice.aclose()
+    print(f"first audio through LiveKit's ElevenLabs plugin: {first_audio * 1000:.0f} ms")
+    assert sum(ev.frame.duration for ev in events) > 3.0
+    assert {ev.frame.sample_rate for ev in events} == {22050}
+    words: list[TimedString] = [
+        w for ev in events for w in ev.frame.userdata.get(USERDATA_TIMED_TRANSCRIPT, [])
+    ]
+    assert "".join(words).split() == FIRST.split()
+    starts = [float(w.start_time) for w in words]
+    assert starts == sorted(starts) and starts[0] != starts[-1]
+    assert await cancelled_turns(server) == cancelled_before + 1

@@ -56,6 +56,9 @@ class Request:
     output_format: OutputFormat
     normalization: Normalization | None
     inactivity_timeout: float | None
+    sync_alignment: bool = False
+    """Alignment times count from the context's first audio (LiveKit asks for this); without
+    it each message's times start at zero (Pipecat adds them up itself)."""
 
 
 def parse_request(path: str, query: bytes) -> Request | None:
@@ -91,6 +94,7 @@ def parse_request(path: str, query: bytes) -> Request | None:
         OutputFormat(rate, encoding),
         normalization,
         timeout,
+        params.get("sync_alignment") == "true",
     )
 
 
@@ -187,6 +191,8 @@ class _Context:
     """Closed after a flush: it says ``isFinal`` once the flushed text is spoken."""
     segment: _Segment | None = None
     """The segment whose alignment waits for its end."""
+    base: int = 0
+    """Samples of the context's earlier turns."""
 
 
 class ElevenLabsConnection:
@@ -315,8 +321,9 @@ class ElevenLabsConnection:
 
     def _text(self, key: str | None, text: str, now: float) -> None:
         context = self._contexts.setdefault(key, _Context())
-        for other, state in list(self._contexts.items()):
+        for other, state in self._contexts.items():
             if state.closing and other != key and other is not None:
+                state.closing = False
                 self.session.close_context(other, now)  # the voice goes to the newer context
         context.closing = False
         if context.flushed:
@@ -382,11 +389,13 @@ class ElevenLabsConnection:
                 if not item.cancelled:
                     out += self._aligned(context, item.samples, rate, tag)
                 context.segment, context.turn, context.flushed = None, None, False
+                context.base += item.samples
                 out += self._next_turn(key, context, tag)
             case core.ContextClosed():
                 self._contexts.pop(key, None)
                 out.append({"isFinal": True, **tag})
             case core.Error():
+                logs.event("error", session=self.session.id, context=key, code=item.code)
                 out.append({"message": item.message, "error": item.code, **tag})
         return out
 
@@ -398,6 +407,9 @@ class ElevenLabsConnection:
             return []
         context.segment = None
         marks = alignment(segment.text, segment.words, segment.start, end, rate)
+        if self.request.sync_alignment:
+            shift = round((context.base + segment.start) * 1000 / rate)
+            marks["charStartTimesMs"] = [t + shift for t in marks["charStartTimesMs"]]
         return [{"audio": None, "alignment": marks, "normalizedAlignment": marks, **tag}]
 
     def _next_turn(
