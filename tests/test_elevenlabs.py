@@ -246,6 +246,10 @@ async def test_livekit_elevenlabs_plugin_two_turns_the_first_interrupted(
                     break
         feeding.cancel()
         await first.aclose()  # the barge-in: the plugin closes the context
+        await asyncio.sleep(0.3)
+        jobs = server.worker.stats.jobs_done
+        await asyncio.sleep(0.5)
+        assert server.worker.stats.jobs_done == jobs  # nothing of it is synthesized any more
 
         second = voice.stream()
         feeding = asyncio.create_task(livekit_tokens(second, FIRST))
@@ -268,4 +272,4 @@ async def test_livekit_elevenlabs_plugin_two_turns_the_first_interrupted(
     assert "".join(words).split() == FIRST.split()
     starts = [float(w.start_time) for w in words]
     assert starts == sorted(starts) and starts[0] != starts[-1]
-    assert await cancelled_turns(server) == cancelled_before + 1
+    assert await cancelled_turns(server) <= cancelled_before + 1  # its sentence may be done

@@ -3,11 +3,11 @@ same session core, so the agent frameworks' ElevenLabs services work against voi
 
 Each ElevenLabs context is a session context; a context's text runs in turns: text opens one,
 ``flush`` ends it (more text after a flush waits for it to be spoken, then opens the next).
-``close_context`` after a flush lets the flushed text finish and then says ``isFinal`` (what
-Pipecat sends at the end of every reply), unless another context takes the voice first; any
-other close is a barge-in, cut at once. Audio goes out as base64 in the format the URL asked
-for; each segment's character alignment is spread from the engine's word marks over the
-characters of each word, keyed to the text as sent, once the segment's end is known.
+``close_context`` right after a flush with no text (how Pipecat and LiveKit end every reply)
+lets the flushed text finish and then says ``isFinal``, unless another context takes the voice
+first; any other close is a barge-in, cut at once. Audio goes out as base64 in the format
+the URL asked for; each segment's character alignment is spread from the engine's word marks
+over the characters of each word, keyed to the text as sent, once the segment's end is known.
 """
 
 from __future__ import annotations
@@ -187,8 +187,10 @@ class _Context:
     waiting: list[str] = field(default_factory=list)
     """Text sent after a flush, for the turn after the live one."""
     flush_waiting: bool = False
+    ended: bool = False
+    """Its last message was a flush with no text: the client's end of the reply."""
     closing: bool = False
-    """Closed after a flush: it says ``isFinal`` once the flushed text is spoken."""
+    """Closed at the end of its reply: it says ``isFinal`` once the flushed text is spoken."""
     segment: _Segment | None = None
     """The segment whose alignment waits for its end."""
     base: int = 0
@@ -307,6 +309,8 @@ class ElevenLabsConnection:
             session.text_delta("", now, key)  # a keepalive: the context is not idle
         if message.flush:
             self._flush(key, now)
+        if key in self._contexts and (text or message.flush):
+            self._contexts[key].ended = message.flush and not text
         if message.close_context and key is not None:
             self._close(key, now)
 
@@ -353,8 +357,8 @@ class ElevenLabsConnection:
         context = self._contexts.get(key)
         if context is None:
             return
-        if context.turn is not None and context.flushed and not context.waiting:
-            context.closing = True  # finish the flushed text, then isFinal
+        if context.turn is not None and context.flushed and context.ended:
+            context.closing = True  # the end of a reply: finish it, then isFinal
             return
         self.session.close_context(key, now)
 
