@@ -22,6 +22,10 @@ SCENARIOS: dict[str, tuple[str, str]] = {
         "bench.latency.wyoming_ttfa",
         "first audio through Wyoming, as Home Assistant streams a reply, against wyoming-piper",
     ),
+    "frameworks": (
+        "bench.latency.frameworks",
+        "first audio and barge-in through each client: own protocol, contexts, Pipecat, LiveKit",
+    ),
     "capacity": (
         "bench.capacity.capacity",
         "conversations one box keeps smooth (lone, burst, staggered), against wyoming-piper",

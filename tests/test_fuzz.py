@@ -60,6 +60,19 @@ wellformed = st.one_of(
     st.builds(lambda t: {"type": "turn_reset", "turn_id": t}, st.sampled_from("abcd")),
     st.builds(lambda t: {"type": "text_delta", "text": t}, st.text(max_size=40)),
     st.just({"type": "end_text"}),
+    # contexts: several turns at once on the session
+    st.builds(
+        lambda t, c: {"type": "turn_reset", "turn_id": t, "context_id": c},
+        st.sampled_from("abcdef"),
+        st.sampled_from("xy"),
+    ),
+    st.builds(
+        lambda t, c: {"type": "text_delta", "text": t, "context_id": c},
+        st.text(max_size=40),
+        st.sampled_from("xy"),
+    ),
+    st.builds(lambda c: {"type": "end_text", "context_id": c}, st.sampled_from("xy")),
+    st.builds(lambda c: {"type": "close_context", "context_id": c}, st.sampled_from("xyz")),
     st.builds(lambda v: {"type": "session_update", "speed": v}, st.floats(0.25, 4.0)),
     st.builds(
         lambda rate, fmt: {"type": "session_update", "audio": {"sample_rate": rate, "format": fmt}},
@@ -198,40 +211,62 @@ def test_session_survives_any_sequence_of_frames(steps: list[object]) -> None:
 
 
 def speaking(sent: list[object]) -> bool:
-    """A turn started and not yet done."""
-    starts = [i for i, item in enumerate(sent) if isinstance(item, core.TurnStarted)]
-    return bool(starts) and not any(isinstance(item, core.TurnDone) for item in sent[starts[-1] :])
+    """A turn started and not yet done, in any context."""
+    live: set[str] = set()
+    for item in sent:
+        if isinstance(item, core.TurnStarted):
+            live.add(item.turn_id)
+        elif isinstance(item, core.TurnDone):
+            live.discard(item.turn_id)
+    return bool(live)
 
 
 def check_stream(sent: list[object]) -> None:
-    """Every started turn is done exactly once; frames are contiguous and turn_done counts
-    them, whatever the format; errors are typed; a words event places its segment's words,
-    in order, from where the segment starts."""
-    open_turn, seq, latest, position = None, 0, None, 0
-    segment: core.SegmentStarted | None = None
+    """In each context: every started turn is done exactly once; frames are contiguous and
+    turn_done counts them, whatever the format; errors are typed; a words event places its
+    segment's words, in order, from where the segment starts. A closed context sends nothing
+    more until it is opened again."""
+    contexts: dict[str | None, _Stream] = {}
     for item in sent:
-        if isinstance(item, core.SegmentStarted):
-            assert item.turn_id == open_turn
-            segment = item
-        elif isinstance(item, core.Words):
-            assert segment is not None and item.turn_id == segment.turn_id == open_turn
-            assert " ".join(w.text for w in item.words) == " ".join(segment.text.split())
-            starts = [w.start_sample for w in item.words]
-            assert starts == sorted(starts) and starts[0] >= segment.start_sample
-            segment = None  # one words event per segment
         if isinstance(item, core.Error):
             assert item.code in KNOWN_CODES and item.message
+            continue
+        key = getattr(item, "context_id", None)
+        s = contexts.setdefault(key, _Stream())
+        if isinstance(item, core.SegmentStarted):
+            assert item.turn_id == s.open_turn
+            s.segment = item
+        elif isinstance(item, core.Words):
+            assert s.segment is not None and item.turn_id == s.segment.turn_id == s.open_turn
+            assert " ".join(w.text for w in item.words) == " ".join(s.segment.text.split())
+            starts = [w.start_sample for w in item.words]
+            assert starts == sorted(starts) and starts[0] >= s.segment.start_sample
+            s.segment = None  # one words event per segment
         elif isinstance(item, core.TurnStarted):
-            assert open_turn is None and item.turn_id != latest  # duplicate_turn_id
-            open_turn, seq, latest, position = item.turn_id, 0, item.turn_id, 0
+            assert s.open_turn is None and item.turn_id != s.latest  # duplicate_turn_id
+            s.open_turn, s.seq, s.latest, s.position = item.turn_id, 0, item.turn_id, 0
         elif isinstance(item, core.AudioFrame):
-            assert item.turn_id == open_turn and item.seq == seq
-            assert item.start_sample == position and item.samples > 0
-            seq, position = seq + 1, position + item.samples
+            assert item.turn_id == s.open_turn and item.seq == s.seq
+            assert item.start_sample == s.position and item.samples > 0
+            s.seq, s.position = s.seq + 1, s.position + item.samples
         elif isinstance(item, core.TurnDone):
-            assert item.turn_id == open_turn and item.samples == position
-            open_turn = None
-    assert open_turn is None
+            assert item.turn_id == s.open_turn and item.samples == s.position
+            s.open_turn = None
+        elif isinstance(item, core.ContextClosed):
+            assert s.open_turn is None  # its turn was cut first
+            del contexts[key]
+    assert all(s.open_turn is None for s in contexts.values())
+
+
+@dataclass
+class _Stream:
+    """One context's stream as the client sees it."""
+
+    open_turn: str | None = None
+    seq: int = 0
+    latest: str | None = None
+    position: int = 0
+    segment: core.SegmentStarted | None = None
 
 
 @pytest.fixture(scope="module")

@@ -8,10 +8,12 @@ import pytest
 
 from voicews.errors import ErrorCode, VoicewsError
 from voicews.protocol import (
+    CLIENT_TYPES,
     ENCODINGS,
     SAMPLE_RATES,
     AudioFrame,
     AudioUpdate,
+    CloseContext,
     EndText,
     SessionUpdate,
     TextDelta,
@@ -36,6 +38,17 @@ SCHEMA_DIR = Path(__file__).parent.parent / "protocol" / "schema"
         ('{"type": "text_delta", "text": "Hel"}', TextDelta(text="Hel")),
         ('{"type": "text_delta", "text": ""}', TextDelta(text="")),
         ('{"type": "end_text"}', EndText()),
+        (
+            '{"type": "turn_reset", "turn_id": "t1", "context_id": "c1"}',
+            TurnReset(turn_id="t1", context_id="c1"),
+        ),
+        (
+            '{"type": "text_delta", "text": "Hi", "context_id": "c1"}',
+            TextDelta(text="Hi", context_id="c1"),
+        ),
+        ('{"type": "end_text", "context_id": "c1"}', EndText(context_id="c1")),
+        ('{"type": "close_context", "context_id": "c1"}', CloseContext(context_id="c1")),
+        ('{"type": "session_update", "context_idle_s": 5}', SessionUpdate(context_idle_s=5)),
         ('{"type": "session_update", "speed": 1.25}', SessionUpdate(speed=1.25)),
         ('{"type": "session_update", "speed": 0.25}', SessionUpdate(speed=0.25)),
         ('{"type": "session_update", "speed": 4}', SessionUpdate(speed=4.0)),
@@ -74,6 +87,10 @@ def test_valid_client_messages(data: str, expected: object) -> None:
         ('{"type": "session_update", "speed": "1.5"}', ErrorCode.INVALID_MESSAGE),
         ('{"type": "session_update", "speed": true}', ErrorCode.INVALID_MESSAGE),
         ('{"type": "session_update", "voice": ""}', ErrorCode.INVALID_MESSAGE),
+        ('{"type": "close_context"}', ErrorCode.INVALID_MESSAGE),
+        ('{"type": "text_delta", "text": "a", "context_id": ""}', ErrorCode.INVALID_MESSAGE),
+        ('{"type": "session_update", "context_idle_s": 4}', ErrorCode.INVALID_MESSAGE),
+        ('{"type": "session_update", "context_idle_s": 181}', ErrorCode.INVALID_MESSAGE),
         # valid JSON, but no text: it could be neither phonemized nor echoed in an event
         ('{"type": "text_delta", "text": "a\\ud800b"}', ErrorCode.INVALID_MESSAGE),
         ('{"type": "turn_reset", "turn_id": "\\udfff"}', ErrorCode.INVALID_MESSAGE),
@@ -150,6 +167,14 @@ def test_audio_frame_is_a_msgpack_map_with_its_sample_count() -> None:
     assert decode_frame(encode_frame(mulaw)) == mulaw
 
 
+def test_frames_name_their_context_only_when_there_is_one() -> None:
+    plain = AudioFrame("t1", 0, 0, b"\x00" * 4, 2)
+    assert "context_id" not in msgpack.unpackb(encode_frame(plain))
+    named = AudioFrame("t1", 0, 0, b"\x00" * 4, 2, "c1")
+    assert msgpack.unpackb(encode_frame(named))["context_id"] == "c1"
+    assert decode_frame(encode_frame(named)) == named
+
+
 def test_frames_of_an_earlier_server_count_pcm16_samples() -> None:
     """Servers before output formats sent no ``samples``: their frames are always PCM16."""
     old = msgpack.packb({"turn_id": "t1", "seq": 0, "start_sample": 0, "pcm": b"\x00" * 8})
@@ -160,7 +185,7 @@ def test_schemas_require_type_and_leave_server_events_open() -> None:
     schemas = json_schemas()
     client = schemas["client_message.schema.json"]["$defs"]
     messages = [d for d in client.values() if "type" in d["properties"]]
-    assert len(messages) == 8 and all(d["required"][0] == "type" for d in messages)
+    assert len(messages) == len(CLIENT_TYPES) and all(d["required"][0] == "type" for d in messages)
     assert all(d.get("additionalProperties") is False for d in client.values())
     server = schemas["server_event.schema.json"]["$defs"]
     assert "type" in server["TurnDone"]["required"]

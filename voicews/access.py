@@ -73,6 +73,11 @@ def check(policy: AccessPolicy, headers: dict[str, str], query: bytes) -> Voicew
     return None
 
 
+def offers_token(headers: dict[str, str], query: bytes) -> bool:
+    """Whether the request offers a token at all (right or wrong)."""
+    return (_bearer(headers.get("authorization", "")) or _query_token(query)) is not None
+
+
 def own_origins(host: str, port: int) -> frozenset[str]:
     """The origins a page served by a server bound to ``host:port`` has: that address, and the
     loopback names for a loopback or wildcard bind. Behind a proxy or under a DNS name the

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+from dataclasses import replace
 from typing import Protocol
 
 from . import access, logs
@@ -39,9 +40,18 @@ class Admission:
         self._idle = asyncio.Event()
         self._idle.set()
 
-    def admit(self, headers: dict[str, str], query: bytes, path: str, client: str | None) -> None:
-        """Raise the refusal (logged and counted) if this request may not open a session."""
-        refusal = access.check(self.policy, headers, query)
+    def admit(
+        self,
+        headers: dict[str, str],
+        query: bytes,
+        path: str,
+        client: str | None,
+        token_later: bool = False,
+    ) -> None:
+        """Raise the refusal (logged and counted) if this request may not open a session;
+        ``token_later``: its token comes in its first message (the dialect checks it)."""
+        policy = replace(self.policy, tokens=frozenset()) if token_later else self.policy
+        refusal = access.check(policy, headers, query)
         if refusal is None:
             refusal = self.capacity_refusal()
         if refusal is None:

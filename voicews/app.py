@@ -21,6 +21,7 @@ from .asgi import Receive, Scope, Send, headers_of, refuse, refuse_websocket, re
 from .compute.execution import ComputeWorker
 from .compute.jobs import Account
 from .core.config import SessionConfig
+from .dialects import elevenlabs
 from .dialects.realtime import Closed, RealtimeConnection
 from .dialects.speech import MAX_BODY, read_body, speech
 from .driver import Generate, SessionDriver
@@ -97,6 +98,14 @@ class VoicewsApp:
     async def _websocket(self, scope: Scope, receive: Receive, send: Send) -> None:
         await receive()  # websocket.connect
         try:
+            eleven = elevenlabs.parse_request(scope["path"], scope["query_string"])
+        except VoicewsError as refusal:
+            await refuse_websocket(send, refusal)
+            return
+        if eleven is not None:
+            await self._elevenlabs(scope, receive, send, eleven)
+            return
+        try:
             if scope["path"] != REALTIME_PATH:
                 raise VoicewsError(
                     ErrorCode.NOT_FOUND, f"not found; the realtime endpoint is {REALTIME_PATH}"
@@ -126,6 +135,38 @@ class VoicewsApp:
             if closed.lost:
                 self.metrics.sessions_lost.inc()
             logs.event("session_close", session=session.id, code=closed.code, lost=closed.lost)
+
+    async def _elevenlabs(
+        self, scope: Scope, receive: Receive, send: Send, request: elevenlabs.Request
+    ) -> None:
+        """An ElevenLabs client: its ``xi-api-key`` is the bearer token; where the handshake
+        offers none, the first message's ``xi_api_key`` must."""
+        headers = elevenlabs.credential(headers_of(scope))
+        query = scope["query_string"]
+        later = bool(self.config.access.tokens) and not access.offers_token(headers, query)
+        try:
+            self.admission.admit(headers, query, scope["path"], _client(scope), later)
+        except VoicewsError as refusal:
+            await refuse_websocket(send, refusal)
+            return
+        await send({"type": "websocket.accept"})
+        session = self.admission.open_session(self.config.session, request.output_format)
+        connection = elevenlabs.ElevenLabsConnection(
+            SessionDriver(session, self.worker, self.metrics.observe),
+            receive,
+            send,
+            request,
+            self.config.access if later else None,
+        )
+        self.admission.connections[session.id] = connection
+        if self.admission.draining:
+            connection.drain()
+        logs.event("session_open", session=session.id, client=_client(scope), protocol="elevenlabs")
+        try:
+            await connection.run()
+        finally:
+            self.admission.close_session(session)
+            logs.event("session_close", session=session.id, protocol="elevenlabs")
 
     def _audio_query(self, query: bytes) -> OutputFormat:
         """The output format asked for in the realtime URL; VoicewsError for a bad one."""

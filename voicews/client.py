@@ -29,6 +29,7 @@ from .protocol import (
     AudioFrame,
     AudioUpdate,
     Cancel,
+    CloseContext,
     Encoding,
     EndText,
     Error,
@@ -155,14 +156,19 @@ class RealtimeClient:
     def sample_rate(self) -> int:
         return self.audio.sample_rate
 
-    async def turn_reset(self, turn_id: str) -> None:
-        await self.ws.send(encode_event(TurnReset(turn_id=turn_id)))
+    async def turn_reset(self, turn_id: str, context_id: str | None = None) -> None:
+        """Start a turn; in ``context_id``, opened by it if new, beside the others."""
+        await self.ws.send(encode_event(TurnReset(turn_id=turn_id, context_id=context_id)))
 
-    async def text_delta(self, text: str) -> None:
-        await self.ws.send(encode_event(TextDelta(text=text)))
+    async def text_delta(self, text: str, context_id: str | None = None) -> None:
+        await self.ws.send(encode_event(TextDelta(text=text, context_id=context_id)))
 
-    async def end_text(self) -> None:
-        await self.ws.send(encode_event(EndText()))
+    async def end_text(self, context_id: str | None = None) -> None:
+        await self.ws.send(encode_event(EndText(context_id=context_id)))
+
+    async def close_context(self, context_id: str) -> None:
+        """Close a context now: its live turn is cut and its queued audio dropped."""
+        await self.ws.send(encode_event(CloseContext(context_id=context_id)))
 
     async def cancel(self) -> None:
         """Stop the live turn now; its turn_done (cancelled) says what was heard."""
@@ -176,9 +182,11 @@ class RealtimeClient:
         normalization: Literal["auto", "off"] | None = None,
         locale: Literal["en-US", "en-GB"] | None = None,
         lexicon: dict[str, str] | None = None,
+        context_idle_s: float | None = None,
     ) -> None:
         """Voice options and reading from the next segment, the audio format from the next
-        turn; ``voice``: one of ``created.voices``."""
+        turn; ``voice``: one of ``created.voices``; ``context_idle_s``: how long an idle
+        context stays open."""
         update = SessionUpdate(
             speed=speed,
             voice=voice,
@@ -186,6 +194,7 @@ class RealtimeClient:
             normalization=normalization,
             locale=locale,
             lexicon=lexicon,
+            context_idle_s=context_idle_s,
         )
         await self.ws.send(encode_event(update))
 

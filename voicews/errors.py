@@ -35,7 +35,11 @@ class ErrorCode(StrEnum):
     MESSAGE_TOO_LARGE = "message_too_large"
     """A frame over ``limits.max_message_bytes``."""
     NO_ACTIVE_TURN = "no_active_turn"
-    """``text_delta``, ``end_text`` or ``cancel`` with no live turn."""
+    """``text_delta``, ``end_text`` or ``cancel`` with no live turn (in the context named,
+    if any), or ``close_context`` of a context that is not open."""
+    TOO_MANY_CONTEXTS = "too_many_contexts"
+    """A ``turn_reset`` that would open more contexts than ``limits.max_contexts``; close one
+    with ``close_context`` first."""
     TURN_CLOSED = "turn_closed"
     """``text_delta`` or ``end_text`` after the turn's ``end_text``."""
     DUPLICATE_TURN_ID = "duplicate_turn_id"
@@ -93,6 +97,9 @@ class CloseCode(IntEnum):
     """After ``idle_timeout``."""
     GOING_AWAY = 1001
     """Server shutdown, once the session's live turn is done."""
+    POLICY_VIOLATION = 1008
+    """The ElevenLabs dialect: a first message without a valid ``xi_api_key``, where the
+    handshake offered no token."""
 
 
 @dataclass(frozen=True, slots=True)

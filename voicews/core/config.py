@@ -38,6 +38,10 @@ class SessionConfig:
     """A session with no turn and no message for this long is closed."""
     max_turn_seconds: float = 600.0
     """A turn still live this long after its ``turn_reset`` is cut."""
+    max_contexts: int = 8
+    """Contexts (turns named by ``context_id``) one socket may hold open at once."""
+    context_idle_s: float = 20.0
+    """A context with nothing to speak and no message for this long is closed."""
     segmenter: SegmenterConfig = field(default_factory=SegmenterConfig)
     stitch: StitchConfig = field(default_factory=StitchConfig)
     agent: AgentConfig | None = None
@@ -63,6 +67,7 @@ class SettingsUpdate:
     lexicon: Mapping[str, str] | None = None
     """The session's own words (word -> spoken form), over the server's; replaces the
     session's earlier ones."""
+    context_idle_s: float | None = None
 
 
 @dataclass(frozen=True, slots=True)

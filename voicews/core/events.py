@@ -7,11 +7,14 @@ HTTP speech and Wyoming dialects take only what they need (audio, the end, refus
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 from ..encoding import OutputFormat
 from ..errors import CloseCode
 from ..text.numbers import Locale
 from .config import Normalization
+
+ContextCloseReason = Literal["closed", "idle_timeout"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,11 +29,14 @@ class SessionUpdated:
     """The turn live when the update came: it keeps the format it started with."""
     normalization: Normalization = "auto"
     locale: Locale = "en-US"
+    context_idle_s: float | None = None
+    """Where the update set it: how long a context may sit idle before it is closed."""
 
 
 @dataclass(frozen=True, slots=True)
 class TurnStarted:
     turn_id: str
+    context_id: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,6 +61,7 @@ class SegmentStarted:
     start_sample: int
     spoken: str | None = None
     """What was synthesized for ``text``, where normalization read it otherwise."""
+    context_id: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,6 +76,7 @@ class Words:
 
     turn_id: str
     words: list[WordMark]
+    context_id: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,6 +87,7 @@ class TurnDone:
     samples: int
     cancelled: bool
     heard_text: str | None = None
+    context_id: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,6 +97,7 @@ class Error:
     code: str
     message: str
     turn_id: str | None = None
+    context_id: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,6 +110,15 @@ class AudioFrame:
     start_sample: int
     pcm: bytes
     samples: int
+    context_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ContextClosed:
+    """A context is gone, its queued work dropped: the client closed it, or it sat idle."""
+
+    context_id: str
+    reason: ContextCloseReason
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,6 +129,16 @@ class Close:
     reason: str
 
 
-Event = SessionUpdated | TurnStarted | ReplyDelta | Pong | SegmentStarted | Words | TurnDone | Error
+Event = (
+    SessionUpdated
+    | TurnStarted
+    | ReplyDelta
+    | Pong
+    | SegmentStarted
+    | Words
+    | TurnDone
+    | Error
+    | ContextClosed
+)
 Outgoing = Event | AudioFrame
 """What waits in a session's outbox, in order."""

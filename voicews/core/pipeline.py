@@ -52,6 +52,8 @@ class Shared:
     pacing: Pacing
     jobs: JobBook
     stats: SessionStats
+    may_cut: Callable[[TurnPipeline], bool]
+    """Whether this pipeline may cut a segment now: the session's contexts take turns."""
 
 
 Ended = Callable[["TurnPipeline", float, bool, "str | None"], None]
@@ -206,7 +208,7 @@ class TurnPipeline:
             return
         if turn.in_flight is not None:
             return
-        if not self._shared.outbox.full:
+        if not self._shared.outbox.full and self._shared.may_cut(self):
             pacing = self._shared.pacing
             first_chars = pacing.first_chars(self._speaking().options.speed)
             urgency, fit = self._urgency(now)
@@ -288,7 +290,11 @@ class TurnPipeline:
         shared.outbox.drop_turn(turn.id)
         heard = turn.heard()
         done = TurnDone(
-            turn_id=turn.id, samples=turn.listener.received, cancelled=True, heard_text=heard
+            turn_id=turn.id,
+            samples=turn.listener.received,
+            cancelled=True,
+            heard_text=heard,
+            context_id=turn.context_id,
         )
         shared.outbox.append(done)
         shared.stats.turns.append("cancelled")
@@ -305,7 +311,12 @@ class TurnPipeline:
         if turn.reply is not None:  # all of it, or as much as was spoken
             reply = "".join(turn.reply).strip() if done else turn.track.heard(turn.track.samples)
         shared.outbox.append(
-            TurnDone(turn_id=turn.id, samples=turn.track.samples, cancelled=not done)
+            TurnDone(
+                turn_id=turn.id,
+                samples=turn.track.samples,
+                cancelled=not done,
+                context_id=turn.context_id,
+            )
         )
         shared.stats.turns.append(outcome)
         self._ended(self, now, False, reply)

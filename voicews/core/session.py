@@ -7,6 +7,12 @@ these calls and renders the events, the driver runs the requests, tests drive it
 
 The session owns what the socket shares: settings, the outbox, pacing, the rate limit, the
 idle clock. Each turn runs in its own :class:`~voicews.core.pipeline.TurnPipeline`.
+
+Contexts: a socket may hold several turns at once, each in a context named by the client
+(``context_id``); without one, a command is for the socket's one unnamed context, which is the
+whole protocol a client that names none sees. Contexts take turns at the engine: one segment
+at a time, the context whose unspoken text came first going first, so a context's audio never
+falls inside another's segment. Closing a context (or leaving it idle) drops its queued work.
 Turn lifecycle: ``turn_reset`` -> ``text_delta``* -> ``end_text`` -> drain -> ``turn_done``.
 A ``turn_reset`` while a turn is live is a barge-in: its queued audio is dropped, its
 synthesis is cancelled, and it ends at once with ``turn_done`` ``cancelled: true``. In agent
@@ -18,7 +24,8 @@ from __future__ import annotations
 import itertools
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import replace
+from dataclasses import dataclass, replace
+from functools import partial
 
 from ..audio import Audio
 from ..encoding import FrameEncoder, OutputFormat
@@ -27,13 +34,44 @@ from ..errors import CloseCode, ErrorCode, VoicewsError, unknown_voice
 from .config import Normalization, SessionConfig, SettingsUpdate, Speaking
 from .conversation import Conversation, Message
 from .cost import Cost
-from .events import AudioFrame, Close, Error, Outgoing, Pong, SessionUpdated, TurnStarted
+from .events import (
+    AudioFrame,
+    Close,
+    ContextClosed,
+    ContextCloseReason,
+    Error,
+    Outgoing,
+    Pong,
+    SessionUpdated,
+    TurnStarted,
+)
 from .jobs import GenerationRequest, JobBook, Request
 from .outbox import Outbox
 from .pacing import Pacing
 from .pipeline import SessionStats, Shared, TurnPipeline
 from .rate import TokenBucket
 from .turn import Turn
+
+
+@dataclass(slots=True)
+class _Context:
+    """One context's turns: the live one, and the latest finished one (its last frames may
+    still be queued)."""
+
+    live: TurnPipeline | None = None
+    finished: TurnPipeline | None = None
+    last_turn_id: str | None = None
+    last_message: float = 0.0
+    """When a message last named it, or its turn ended: its idle clock."""
+    queued_at: int = 0
+    """The arrival order of its oldest unspoken text: the oldest goes to the engine first."""
+
+    def busy(self) -> bool:
+        """It has something to speak: text not yet spoken, or a segment with the engine."""
+        live = self.live
+        return live is not None and (
+            live.turn.in_flight is not None or live.turn.segmenter.has_text
+        )
 
 
 class Session:
@@ -63,14 +101,16 @@ class Session:
             Pacing(config.stall_guard_ms, config.segmenter.max_chars),
             self._jobs,
             self.stats,
+            self._may_cut,
         )
         self._options = SynthesisOptions()
         self._normalization: Normalization = "auto"
         self._reading = config.reading
         self._conversation = Conversation(config.agent) if config.agent else None
-        self._live: TurnPipeline | None = None
-        self._finished: TurnPipeline | None = None  # ended, its last frames may still be queued
-        self._last_turn_id: str | None = None
+        self._contexts: dict[str | None, _Context] = {None: _Context()}
+        """Each open context by its id; None is the unnamed one, always open."""
+        self._arrivals = itertools.count(1)
+        self._context_idle_s = config.context_idle_s
         self._reply_ids = itertools.count(1)
         self._bucket = TokenBucket(config.max_messages_per_second)
         self._last_activity = 0.0
@@ -96,31 +136,46 @@ class Session:
         )
         return False
 
-    def report(self, exc: VoicewsError) -> None:
+    def report(self, exc: VoicewsError, context_id: str | None = None) -> None:
         self.stats.errors.append(exc.code)
-        self.outbox.append(Error(code=exc.code, message=exc.message, turn_id=exc.turn_id))
+        self.outbox.append(
+            Error(code=exc.code, message=exc.message, turn_id=exc.turn_id, context_id=context_id)
+        )
 
     @contextmanager
-    def _refusals(self) -> Iterator[None]:
+    def _refusals(self, context_id: str | None = None) -> Iterator[None]:
         """A command the session refuses becomes an ``error`` event; nothing else changes."""
         try:
             yield
         except VoicewsError as exc:
-            self.report(exc)
+            self.report(exc, context_id)
 
     # --- commands -------------------------------------------------------------------------
 
-    def turn_reset(self, turn_id: str, now: float) -> None:
-        with self._refusals():
-            self._turn_reset(turn_id, now)
+    def turn_reset(self, turn_id: str, now: float, context_id: str | None = None) -> None:
+        """Start a turn in ``context_id`` (opened by it, if new), cutting the one live there."""
+        with self._refusals(context_id):
+            self._turn_reset(turn_id, now, context_id)
 
-    def text_delta(self, text: str, now: float) -> None:
-        with self._refusals():
-            self._open("text_delta").text_delta(text, now)
+    def text_delta(self, text: str, now: float, context_id: str | None = None) -> None:
+        with self._refusals(context_id):
+            pipeline = self._open("text_delta", context_id, now)
+            if not pipeline.turn.segmenter.has_text:
+                self._contexts[context_id].queued_at = next(self._arrivals)
+            pipeline.text_delta(text, now)
 
-    def end_text(self, now: float) -> None:
-        with self._refusals():
-            self._open("end_text").end_text(now)
+    def end_text(self, now: float, context_id: str | None = None) -> None:
+        with self._refusals(context_id):
+            self._open("end_text", context_id, now).end_text(now)
+
+    def close_context(self, context_id: str, now: float) -> None:
+        """Close a context at once: its live turn is cut, its queued audio dropped."""
+        with self._refusals(context_id):
+            if context_id not in self._contexts:
+                raise VoicewsError(
+                    ErrorCode.NO_ACTIVE_TURN, f"close_context: no open context {context_id!r}"
+                )
+            self._close_context(context_id, "closed", now)
 
     def cancel(self, now: float) -> None:
         with self._refusals():
@@ -139,9 +194,10 @@ class Session:
             self._user_message(text, turn_id, now)
 
     def playback(self, turn_id: str, samples_played: int) -> None:
-        live = self._live
-        if live is not None and live.turn.id == turn_id:  # else a finished turn: nothing to do
-            live.turn.played(samples_played)
+        for context in self._contexts.values():
+            live = context.live
+            if live is not None and live.turn.id == turn_id:  # else finished: nothing to do
+                live.turn.played(samples_played)
 
     def ping(self, ping_id: str | None) -> None:
         # In order with everything else: a pong also shows what is still queued.
@@ -150,24 +206,33 @@ class Session:
     # --- results from the compute worker --------------------------------------------------
 
     def on_audio(self, job_id: int, audio: Audio, now: float) -> None:
-        if self._live is not None:
-            self._live.on_audio(job_id, audio, now)
+        if (pipeline := self._running(job_id)) is not None:
+            pipeline.on_audio(job_id, audio, now)
 
     def on_words(self, job_id: int, starts: Sequence[int]) -> None:
-        if self._live is not None:
-            self._live.on_words(job_id, starts)
+        if (pipeline := self._running(job_id)) is not None:
+            pipeline.on_words(job_id, starts)
 
     def on_text(self, job_id: int, text: str, now: float) -> None:
-        if self._live is not None:
-            self._live.on_text(job_id, text, now)
+        if (pipeline := self._running(job_id)) is not None:
+            pipeline.on_text(job_id, text, now)
 
     def on_done(self, job_id: int, now: float) -> None:
-        if self._live is not None:
-            self._live.on_done(job_id, now)
+        if (pipeline := self._running(job_id)) is not None:
+            pipeline.on_done(job_id, now)
+            self._pump(now)  # the engine is free: another context's segment may go
 
     def on_failed(self, job_id: int, message: str, now: float) -> None:
-        if self._live is not None:
-            self._live.on_failed(job_id, message, now)
+        if (pipeline := self._running(job_id)) is not None:
+            pipeline.on_failed(job_id, message, now)
+            self._pump(now)
+
+    def _running(self, job_id: int) -> TurnPipeline | None:
+        """The live turn a job of the compute worker is for; None for a cancelled one."""
+        for context in self._contexts.values():
+            if context.live is not None and job_id in context.live.turn.jobs():
+                return context.live
+        return None
 
     # --- time and the outbox --------------------------------------------------------------
 
@@ -176,26 +241,31 @@ class Session:
         listener, and the room it frees may let the next segment go (``take_submissions``)."""
         if not isinstance(item, AudioFrame):
             return
-        pipeline = self._live if self._live is not None else self._finished
-        if pipeline is not None and pipeline.turn.id == item.turn_id:
-            pipeline.frame_sent(item, now)
+        context = self._contexts.get(item.context_id)
+        for pipeline in (context.live, context.finished) if context else ():
+            if pipeline is not None and pipeline.turn.id == item.turn_id:
+                pipeline.frame_sent(item, now)
         self._pump(now)
 
     def tick(self, now: float) -> None:
         """Time passed: flush, stall-guard, turn-duration or idle deadlines may have come."""
-        live = self._live
-        if live is not None and now - live.turn.started >= self.config.max_turn_seconds:
-            turn_id = live.turn.id
-            self.report(
-                VoicewsError(
-                    ErrorCode.TURN_DURATION_EXCEEDED,
-                    f"turn {turn_id!r} ran over {self.config.max_turn_seconds:g} s; cut",
-                    turn_id,
+        for key, context in list(self._contexts.items()):
+            live = context.live
+            if live is not None and now - live.turn.started >= self.config.max_turn_seconds:
+                turn_id = live.turn.id
+                self.report(
+                    VoicewsError(
+                        ErrorCode.TURN_DURATION_EXCEEDED,
+                        f"turn {turn_id!r} ran over {self.config.max_turn_seconds:g} s; cut",
+                        turn_id,
+                    ),
+                    key,
                 )
-            )
-            live.cut(now)
-        elif (
-            live is None
+                live.cut(now)
+            elif key is not None and now >= (self._idle_at(context) or float("inf")):
+                self._close_context(key, "idle_timeout", now)
+        if (
+            not self._any_live
             and self.close_request is None
             and now - self._last_activity >= self.config.idle_timeout_s
         ):
@@ -222,9 +292,10 @@ class Session:
 
     def close(self) -> None:
         """The connection is gone: cancel the worker's jobs and drop everything queued."""
-        if self._live is not None:
-            self._jobs.cancel(self._live.turn.jobs())
-        self._live = None
+        for context in self._contexts.values():
+            if context.live is not None:
+                self._jobs.cancel(context.live.turn.jobs())
+            context.live = None
         self.outbox.clear()
 
     def take_submissions(self) -> list[Request]:
@@ -235,23 +306,29 @@ class Session:
 
     def wakeup_at(self, now: float) -> float | None:
         """When ``tick`` should next be called, if nothing else happens first."""
-        if self._live is not None:
-            return self._live.wakeup_at(now)
-        if self.close_request is not None:
-            return None
-        return self._last_activity + self.config.idle_timeout_s
+        times = [
+            at for context in self._contexts.values() if (at := self._idle_at(context)) is not None
+        ]
+        times += [c.live.wakeup_at(now) for c in self._contexts.values() if c.live is not None]
+        if not self._any_live and self.close_request is None:
+            times.append(self._last_activity + self.config.idle_timeout_s)
+        return min(times, default=None)
 
     @property
     def pending_audio_s(self) -> float:
         """Seconds of audio waiting for the socket, at the output rate of its turn."""
-        pipeline = self._live if self._live is not None else self._finished
+        unnamed = self._contexts[None]
+        pipeline = unnamed.live if unnamed.live is not None else unnamed.finished
         rate = pipeline.turn.listener.sample_rate if pipeline else self.audio.sample_rate
         return self.outbox.samples / rate
 
     @property
     def synthesizing(self) -> bool:
         """A segment of this session is with the compute worker."""
-        return self._live is not None and self._live.turn.in_flight is not None
+        return any(
+            c.live is not None and c.live.turn.in_flight is not None
+            for c in self._contexts.values()
+        )
 
     @property
     def history(self) -> list[Message]:
@@ -260,29 +337,96 @@ class Session:
 
     # --- the machine ----------------------------------------------------------------------
 
-    def _turn_reset(self, turn_id: str, now: float) -> TurnPipeline:
+    def _turn_reset(self, turn_id: str, now: float, context_id: str | None = None) -> TurnPipeline:
         if self._draining:
             raise VoicewsError(
                 ErrorCode.SHUTTING_DOWN, "the server is shutting down; no new turns", turn_id
             )
-        if turn_id == self._last_turn_id:
+        context = self._contexts.get(context_id)
+        if context is not None and turn_id == context.last_turn_id:
             raise VoicewsError(
                 ErrorCode.DUPLICATE_TURN_ID,
                 f"turn_id {turn_id!r} is the latest turn's; use a new id per turn",
                 turn_id,
             )
-        if self._live is not None:
-            self._live.cut(now)
-        self._last_turn_id = turn_id
+        if any(
+            p is not None and p.turn.id == turn_id
+            for c in self._contexts.values()
+            for p in (c.live, c.finished)
+        ):
+            raise VoicewsError(
+                ErrorCode.DUPLICATE_TURN_ID,
+                f"turn_id {turn_id!r} is another context's turn; use a new id per turn",
+                turn_id,
+            )
+        if context is None:
+            named = len(self._contexts) - 1
+            if named >= self.config.max_contexts:
+                raise VoicewsError(
+                    ErrorCode.TOO_MANY_CONTEXTS,
+                    f"{named} contexts are open, the most a socket may hold; "
+                    "close one with close_context first",
+                    turn_id,
+                )
+            context = self._contexts[context_id] = _Context()
+        if context.live is not None:
+            context.live.cut(now)
+        context.last_turn_id, context.last_message = turn_id, now
         config = self.config
         # The turn's own encoder: a format change applies from the next turn.
         encoder = FrameEncoder(self.sample_rate, self.audio, config.frame_ms)
-        turn = Turn(turn_id, now, self.sample_rate, encoder, config.segmenter, config.stitch)
-        self._live = TurnPipeline(turn, self._shared, self._speaking, self._ended, self.report)
+        turn = Turn(
+            turn_id, now, self.sample_rate, encoder, config.segmenter, config.stitch, context_id
+        )
+        context.live = TurnPipeline(
+            turn,
+            self._shared,
+            self._speaking,
+            partial(self._ended, context),
+            partial(self.report, context_id=context_id),
+        )
         # Queued frames of a finished turn at another rate count at this one's: a soft bound.
         self.outbox.high = self._pending_limit(encoder.sample_rate)
-        self.outbox.append(TurnStarted(turn_id=turn_id))
-        return self._live
+        self.outbox.append(TurnStarted(turn_id=turn_id, context_id=context_id))
+        return context.live
+
+    def _close_context(self, context_id: str, reason: ContextCloseReason, now: float) -> None:
+        context = self._contexts.pop(context_id)
+        if context.live is not None:
+            context.live.cut(now)
+        if context.finished is not None:
+            self.outbox.drop_turn(context.finished.turn.id)
+        self.outbox.append(ContextClosed(context_id=context_id, reason=reason))
+        self._pump(now)
+
+    def _idle_at(self, context: _Context) -> float | None:
+        """When a named context with nothing to speak will have sat idle too long."""
+        if context is self._contexts[None] or context.busy():
+            return None
+        return context.last_message + self._context_idle_s
+
+    def _may_cut(self, pipeline: TurnPipeline) -> bool:
+        """One segment at a time across contexts, the oldest unspoken text first."""
+        mine = self._contexts.get(pipeline.turn.context_id)
+        for context in self._contexts.values():
+            other = context.live
+            if other is None or other is pipeline:
+                continue
+            if other.turn.in_flight is not None:
+                return False
+            older = mine is not None and context.queued_at < mine.queued_at
+            if older and other.turn.segmenter.has_text:
+                return False
+        return True
+
+    @property
+    def _live(self) -> TurnPipeline | None:
+        """The unnamed context's live turn: the one turn of a client that names no context."""
+        return self._contexts[None].live
+
+    @property
+    def _any_live(self) -> bool:
+        return any(c.live is not None for c in self._contexts.values())
 
     def _update(self, changes: SettingsUpdate) -> None:
         if changes.voice is not None and changes.voice not in self.config.voices:
@@ -299,6 +443,7 @@ class Session:
         self._options = replace(self._options, **options)
         self.audio = audio
         self._normalization = changes.normalization or self._normalization
+        self._context_idle_s = changes.context_idle_s or self._context_idle_s
         server = self.config.reading
         self._reading = replace(
             self._reading,
@@ -315,6 +460,7 @@ class Session:
                 locale=self._reading.locale,
                 voice=self._options.voice or next(iter(self.config.voices), None),
                 live_turn_id=self._live.turn.id if self._live is not None else None,
+                context_idle_s=changes.context_idle_s,
             )
         )
 
@@ -344,35 +490,49 @@ class Session:
             )
         )
 
-    def _open(self, what: str) -> TurnPipeline:
+    def _open(self, what: str, context_id: str | None, now: float) -> TurnPipeline:
         """The turn a client message about text is for; refused if there is none open."""
-        if self._live is None:
-            last = self._last_turn_id
+        context = self._contexts.get(context_id)
+        if context is None or context.live is None:
+            last = context.last_turn_id if context else None
             hint = f"turn {last!r} is done" if last else "no turn was started"
+            if context_id is not None:
+                hint += f" in context {context_id!r}"
             raise VoicewsError(
                 ErrorCode.NO_ACTIVE_TURN, f"{what} refused: {hint}; send turn_reset first"
             )
-        return self._live
+        context.last_message = now
+        return context.live
 
     def _pump(self, now: float) -> None:
-        if self._live is not None:
-            self._live.pump(now)
-        else:
+        live = sorted(
+            (c for c in self._contexts.values() if c.live is not None),
+            key=lambda c: c.queued_at,
+        )
+        for context in live:
+            if context.live is not None:  # an earlier one's end may not have ended it
+                context.live.pump(now)
+        if not live:
             self._close_if_drained()
 
     def _ended(
-        self, pipeline: TurnPipeline, now: float, cancelled: bool, reply: str | None
+        self,
+        context: _Context,
+        pipeline: TurnPipeline,
+        now: float,
+        cancelled: bool,
+        reply: str | None,
     ) -> None:
         """A turn ended: cut (its frames are gone) or finished (they still go out)."""
         if reply is not None and self._conversation is not None:
             self._conversation.assistant(reply)
-        self._live = None
+        context.live = None
         if not cancelled:
-            self._finished = pipeline
-        self._last_activity = now  # the idle clock starts when the turn ends
+            context.finished = pipeline
+        self._last_activity = context.last_message = now  # idle clocks start as a turn ends
         if not cancelled:
             self._close_if_drained()
 
     def _close_if_drained(self) -> None:
-        if self._draining and self._live is None and self.close_request is None:
+        if self._draining and not self._any_live and self.close_request is None:
             self.close_request = Close(CloseCode.GOING_AWAY, "server shutting down")

@@ -19,11 +19,17 @@ from .events import AudioFrame, Outgoing, SegmentStarted, WordMark, Words
 
 class Track:
     def __init__(
-        self, turn_id: str, sample_rate: int, encoder: FrameEncoder, stitch: StitchConfig
+        self,
+        turn_id: str,
+        sample_rate: int,
+        encoder: FrameEncoder,
+        stitch: StitchConfig,
+        context_id: str | None = None,
     ) -> None:
         """``sample_rate`` is the engine's; ``encoder`` makes the frames (a cut turn just
-        drops it)."""
+        drops it); every event and frame names ``context_id``."""
         self.turn_id = turn_id
+        self.context_id = context_id
         self.samples = 0
         """Samples framed so far, at the output rate."""
         self.spoken: list[tuple[int, str]] = []
@@ -64,7 +70,7 @@ class Track:
         marks = [
             WordMark(text=word, start_sample=self._encoder.position(at)) for at, word in placed
         ]
-        return Words(turn_id=self.turn_id, words=marks)
+        return Words(turn_id=self.turn_id, words=marks, context_id=self.context_id)
 
     def end(self, boundary: Boundary) -> list[Outgoing]:
         """The segment is synthesized; its end is paused as fits ``boundary``."""
@@ -88,13 +94,19 @@ class Track:
         out: list[Outgoing] = []
         if audio.size and self._segment is not None and not self._announced:
             start = self._encoder.position(self._released)
-            out.append(SegmentStarted(self.turn_id, self._segment, start, self._spoken))
+            segment = SegmentStarted(
+                self.turn_id, self._segment, start, self._spoken, self.context_id
+            )
+            out.append(segment)
             self.spoken.append((self._released, self._segment))
             self._announced = True
         self._released += audio.size
         chunks = self._encoder.push(audio) if audio.size else []
         for data, samples in chunks + (self._encoder.finish() if last else []):
-            out.append(AudioFrame(self.turn_id, self._seq, self.samples, data, samples))
+            frame = AudioFrame(
+                self.turn_id, self._seq, self.samples, data, samples, self.context_id
+            )
+            out.append(frame)
             self._seq += 1
             self.samples += samples
         return out

@@ -62,13 +62,16 @@ class Turn:
         encoder: FrameEncoder,
         segmenter: SegmenterConfig,
         stitch: StitchConfig,
+        context_id: str | None = None,
     ) -> None:
         """``sample_rate`` is the engine's; ``encoder`` makes the turn's frames, at its own
-        output rate, which every count of the turn's samples uses."""
+        output rate, which every count of the turn's samples uses; ``context_id`` names the
+        context it speaks in (None: the socket's one unnamed context)."""
         self.id = turn_id
+        self.context_id = context_id
         self.state = TurnState.OPEN
         self.segmenter = Segmenter(segmenter)
-        self.track = Track(turn_id, sample_rate, encoder, stitch)
+        self.track = Track(turn_id, sample_rate, encoder, stitch, context_id)
         self.listener = ListenerClock(encoder.sample_rate)
         """What a real-time listener has of the frames sent."""
         self.started = self.last_delta = now

@@ -148,11 +148,13 @@ def apply(session: Session, message: wire.ClientMessage, now: float) -> None:
     """One client message, as the session call it asks for."""
     match message:
         case wire.TurnReset():
-            session.turn_reset(message.turn_id, now)
+            session.turn_reset(message.turn_id, now, message.context_id)
         case wire.TextDelta():
-            session.text_delta(message.text, now)
+            session.text_delta(message.text, now, message.context_id)
         case wire.EndText():
-            session.end_text(now)
+            session.end_text(now, message.context_id)
+        case wire.CloseContext():
+            session.close_context(message.context_id, now)
         case wire.Cancel():
             session.cancel(now)
         case wire.SessionUpdate():
@@ -168,6 +170,7 @@ def apply(session: Session, message: wire.ClientMessage, now: float) -> None:
                     normalization=message.normalization,
                     locale=message.locale,
                     lexicon=message.lexicon,
+                    context_idle_s=message.context_idle_s,
                 )
             )
         case wire.UserMessage():
@@ -191,9 +194,10 @@ def render(event: core.Event) -> BaseModel:
                 locale=event.locale,
                 voice=event.voice,
                 live_turn_id=event.live_turn_id,
+                context_idle_s=event.context_idle_s,
             )
         case core.TurnStarted():
-            return wire.TurnStarted(turn_id=event.turn_id)
+            return wire.TurnStarted(turn_id=event.turn_id, context_id=event.context_id)
         case core.ReplyDelta():
             return wire.ReplyDelta(turn_id=event.turn_id, text=event.text)
         case core.Pong():
@@ -204,19 +208,28 @@ def render(event: core.Event) -> BaseModel:
                 text=event.text,
                 start_sample=event.start_sample,
                 spoken=event.spoken,
+                context_id=event.context_id,
             )
         case core.Words():
             marks = [wire.WordMark(text=m.text, start_sample=m.start_sample) for m in event.words]
-            return wire.Words(turn_id=event.turn_id, words=marks)
+            return wire.Words(turn_id=event.turn_id, words=marks, context_id=event.context_id)
         case core.TurnDone():
             return wire.TurnDone(
                 turn_id=event.turn_id,
                 samples=event.samples,
                 cancelled=event.cancelled,
                 heard_text=event.heard_text,
+                context_id=event.context_id,
             )
         case core.Error():
-            return wire.Error(code=event.code, message=event.message, turn_id=event.turn_id)
+            return wire.Error(
+                code=event.code,
+                message=event.message,
+                turn_id=event.turn_id,
+                context_id=event.context_id,
+            )
+        case core.ContextClosed():
+            return wire.ContextClosed(context_id=event.context_id, reason=event.reason)
         case _:
             assert_never(event)
 
@@ -243,4 +256,6 @@ def limits(config: SessionConfig, max_sessions: int) -> wire.Limits:
         max_sessions=max_sessions,
         idle_timeout_s=config.idle_timeout_s,
         max_turn_seconds=config.max_turn_seconds,
+        max_contexts=config.max_contexts,
+        context_idle_s=config.context_idle_s,
     )

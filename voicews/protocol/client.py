@@ -22,6 +22,7 @@ from ..encoding import OPUS_RATE, Encoding
 from ..errors import ErrorCode, VoicewsError
 
 TurnId = Annotated[str, Field(min_length=1, max_length=128)]
+ContextId = Annotated[str, Field(min_length=1, max_length=128)]
 LexiconWord = Annotated[str, Field(min_length=1, max_length=64)]
 LexiconSpoken = Annotated[str, Field(min_length=1, max_length=256)]
 _Rates = Literal[8000, 16000, 22050, 24000, 44100, 48000]
@@ -58,6 +59,8 @@ class TurnReset(_Message):
 
     type: Literal["turn_reset"] = "turn_reset"
     turn_id: TurnId
+    context_id: ContextId | None = None
+    """The context the turn speaks in, opened by it if new; left out, the unnamed one."""
 
 
 class TextDelta(_Message):
@@ -65,12 +68,22 @@ class TextDelta(_Message):
 
     type: Literal["text_delta"] = "text_delta"
     text: str
+    context_id: ContextId | None = None
 
 
 class EndText(_Message):
     """No more text for the current turn: speak the rest, then ``turn_done``."""
 
     type: Literal["end_text"] = "end_text"
+    context_id: ContextId | None = None
+
+
+class CloseContext(_Message):
+    """Close a context at once: its live turn is cut, its queued audio dropped, then
+    ``context_closed``."""
+
+    type: Literal["close_context"] = "close_context"
+    context_id: ContextId
 
 
 class AudioUpdate(BaseModel):
@@ -108,6 +121,8 @@ class SessionUpdate(_Message):
     lexicon: dict[LexiconWord, LexiconSpoken] | None = Field(default=None, max_length=1000)
     """Words to read your way (``{"Nguyen": "win"}``), over the server's ``--lexicon``; an
     update replaces the session's earlier ones."""
+    context_idle_s: float | None = Field(default=None, ge=5, le=180)
+    """How long a context with nothing to speak and no message may sit before it is closed."""
 
     @model_validator(mode="after")
     def _lexicon_words_are_tokens(self) -> SessionUpdate:
@@ -148,12 +163,20 @@ class Ping(_Message):
 
 
 ClientMessage = Annotated[
-    TurnReset | TextDelta | EndText | Cancel | SessionUpdate | UserMessage | Playback | Ping,
+    TurnReset
+    | TextDelta
+    | EndText
+    | CloseContext
+    | Cancel
+    | SessionUpdate
+    | UserMessage
+    | Playback
+    | Ping,
     Field(discriminator="type"),
 ]
 CLIENT_TYPES = (
-    "turn_reset", "text_delta", "end_text", "cancel", "session_update", "user_message",
-    "playback", "ping",
+    "turn_reset", "text_delta", "end_text", "close_context", "cancel", "session_update",
+    "user_message", "playback", "ping",
 )  # fmt: skip
 client_adapter: TypeAdapter[ClientMessage] = TypeAdapter(ClientMessage)
 

@@ -48,6 +48,10 @@ class Limits(_Event):
     max_sessions: int
     idle_timeout_s: float
     max_turn_seconds: float
+    max_contexts: int | None = None
+    """Contexts one socket may hold open (servers since contexts say)."""
+    context_idle_s: float | None = None
+    """A context with nothing to speak and no message for this long is closed."""
 
 
 class SessionCreated(_Event):
@@ -76,6 +80,8 @@ class SessionUpdated(_Event):
     """The voice of every segment synthesized after this event (one of ``voices``)."""
     live_turn_id: str | None = None
     """The turn live when the update came, if any: it keeps the format it started with."""
+    context_idle_s: float | None = None
+    """Where the update set it: how long a context may sit idle before it is closed."""
 
 
 class TurnStarted(_Event):
@@ -83,6 +89,8 @@ class TurnStarted(_Event):
 
     type: Literal["turn_started"] = "turn_started"
     turn_id: str
+    context_id: str | None = None
+    """The context the turn speaks in; left out for the unnamed one (as on every event)."""
 
 
 class ReplyDelta(_Event):
@@ -108,6 +116,7 @@ class SegmentStarted(_Event):
     spoken: str | None = None
     """What was synthesized for ``text``, where normalization read it otherwise ("$5" ->
     "five dollars"); ``text``, word marks and ``heard_text`` stay the client's own."""
+    context_id: str | None = None
 
 
 class WordMark(_Event):
@@ -125,6 +134,7 @@ class Words(_Event):
     type: Literal["words"] = "words"
     turn_id: str
     words: list[WordMark]
+    context_id: str | None = None
 
 
 class TurnDone(_Event):
@@ -140,6 +150,7 @@ class TurnDone(_Event):
     samples: int
     cancelled: bool
     heard_text: str | None = None
+    context_id: str | None = None
 
 
 class Error(_Event):
@@ -149,6 +160,18 @@ class Error(_Event):
     code: str = Field(json_schema_extra={"examples": [c.value for c in SESSION_CODES]})
     message: str
     turn_id: str | None = None
+    context_id: str | None = None
+    """The context the refused message named, if any."""
+
+
+class ContextClosed(_Event):
+    """A context is gone, its queued audio dropped: ``closed`` by the client's
+    ``close_context``, or ``idle_timeout`` (nothing to speak and no message for
+    ``context_idle_s``)."""
+
+    type: Literal["context_closed"] = "context_closed"
+    context_id: str
+    reason: Literal["closed", "idle_timeout"]
 
 
 ServerMessage = (
@@ -161,11 +184,12 @@ ServerMessage = (
     | TurnDone
     | Error
     | Pong
+    | ContextClosed
 )
 ServerEvent = Annotated[ServerMessage, Field(discriminator="type")]
 SERVER_TYPES = (
     "session_created", "session_updated", "turn_started", "reply_delta", "segment", "words",
-    "turn_done", "error", "pong",
+    "turn_done", "error", "pong", "context_closed",
 )  # fmt: skip
 server_adapter: TypeAdapter[ServerEvent] = TypeAdapter(ServerEvent)
 

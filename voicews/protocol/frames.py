@@ -10,16 +10,16 @@ from ..core.events import AudioFrame
 
 
 def encode_frame(frame: AudioFrame) -> bytes:
-    data: bytes = msgpack.packb(
-        {
-            "turn_id": frame.turn_id,
-            "seq": frame.seq,
-            "start_sample": frame.start_sample,
-            "samples": frame.samples,
-            "pcm": frame.pcm,
-        },
-        use_bin_type=True,
-    )
+    envelope: dict[str, object] = {
+        "turn_id": frame.turn_id,
+        "seq": frame.seq,
+        "start_sample": frame.start_sample,
+        "samples": frame.samples,
+        "pcm": frame.pcm,
+    }
+    if frame.context_id is not None:  # a client that names no context sees no new key
+        envelope["context_id"] = frame.context_id
+    data: bytes = msgpack.packb(envelope, use_bin_type=True)
     return data
 
 
@@ -28,4 +28,5 @@ def decode_frame(data: bytes) -> AudioFrame:
     pcm = obj["pcm"]
     # Frames from servers before output formats carry no "samples": they are always PCM16.
     samples = obj["samples"] if "samples" in obj else len(pcm) // 2
-    return AudioFrame(obj["turn_id"], obj["seq"], obj["start_sample"], pcm, samples)
+    context = obj.get("context_id")
+    return AudioFrame(obj["turn_id"], obj["seq"], obj["start_sample"], pcm, samples, context)
