@@ -22,16 +22,16 @@ mode a ``user_message`` starts a turn whose text a language model writes.
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, replace
 from functools import partial
 
 from ..audio import Audio
 from ..encoding import FrameEncoder, OutputFormat
-from ..engines.base import SynthesisOptions
-from ..errors import CloseCode, ErrorCode, VoicewsError, unknown_voice
-from .config import Normalization, SessionConfig, SettingsUpdate, Speaking
+from ..errors import CloseCode, ErrorCode, VoicewsError
+from .config import SessionConfig, SettingsUpdate
+from .contexts import Context, Contexts
 from .conversation import Conversation, Message
 from .cost import Cost
 from .events import (
@@ -50,28 +50,8 @@ from .outbox import Outbox
 from .pacing import Pacing
 from .pipeline import SessionStats, Shared, TurnPipeline
 from .rate import TokenBucket
+from .settings import Settings
 from .turn import Turn
-
-
-@dataclass(slots=True)
-class _Context:
-    """One context's turns: the live one, and the latest finished one (its last frames may
-    still be queued)."""
-
-    live: TurnPipeline | None = None
-    finished: TurnPipeline | None = None
-    last_turn_id: str | None = None
-    last_message: float = 0.0
-    """When a message last named it, or its turn ended: its idle clock."""
-    queued_at: int = 0
-    """The arrival order of its oldest unspoken text: the oldest goes to the engine first."""
-
-    def busy(self) -> bool:
-        """It has something to speak: text not yet spoken, or a segment with the engine."""
-        live = self.live
-        return live is not None and (
-            live.turn.in_flight is not None or live.turn.segmenter.has_text
-        )
 
 
 class Session:
@@ -87,8 +67,7 @@ class Session:
         self.id = session_id
         self.config = config
         self.sample_rate = sample_rate
-        self.audio = audio or OutputFormat(sample_rate)
-        """The output format of turns started from now on."""
+        self._settings = Settings(config, audio or OutputFormat(sample_rate))
         self.outbox = Outbox(high=self._pending_limit(self.audio.sample_rate))
         """What to send, in order; a frame taken from it goes back in through ``sent``."""
         self.close_request: Close | None = None
@@ -101,20 +80,23 @@ class Session:
             Pacing(config.stall_guard_ms, config.segmenter.max_chars),
             self._jobs,
             self.stats,
-            self._may_cut,
+            lambda pipeline: self._contexts.may_cut(pipeline),
         )
-        self._options = SynthesisOptions()
-        self._normalization: Normalization = "auto"
-        self._reading = config.reading
         self._conversation = Conversation(config.agent) if config.agent else None
-        self._contexts: dict[str | None, _Context] = {None: _Context()}
-        """Each open context by its id; None is the unnamed one, always open."""
-        self._arrivals = itertools.count(1)
-        self._context_idle_s = config.context_idle_s
+        self._contexts = Contexts(config.max_contexts)
         self._reply_ids = itertools.count(1)
         self._bucket = TokenBucket(config.max_messages_per_second)
         self._last_activity = 0.0
         self._draining = False
+
+    @property
+    def audio(self) -> OutputFormat:
+        """The output format of turns started from now on."""
+        return self._settings.audio
+
+    @audio.setter
+    def audio(self, audio: OutputFormat) -> None:
+        self._settings.audio = audio
 
     # --- the connection -------------------------------------------------------------------
 
@@ -161,7 +143,7 @@ class Session:
         with self._refusals(context_id):
             pipeline = self._open("text_delta", context_id, now)
             if not pipeline.turn.segmenter.has_text:
-                self._contexts[context_id].queued_at = next(self._arrivals)
+                self._contexts.queued(context_id)
             pipeline.text_delta(text, now)
 
     def end_text(self, now: float, context_id: str | None = None) -> None:
@@ -171,7 +153,7 @@ class Session:
     def close_context(self, context_id: str, now: float) -> None:
         """Close a context at once: its live turn is cut, its queued audio dropped."""
         with self._refusals(context_id):
-            if context_id not in self._contexts:
+            if self._contexts.get(context_id) is None:
                 raise VoicewsError(
                     ErrorCode.NO_ACTIVE_TURN, f"close_context: no open context {context_id!r}"
                 )
@@ -194,7 +176,7 @@ class Session:
             self._user_message(text, turn_id, now)
 
     def playback(self, turn_id: str, samples_played: int) -> None:
-        for context in self._contexts.values():
+        for context in self._contexts:
             live = context.live
             if live is not None and live.turn.id == turn_id:  # else finished: nothing to do
                 live.turn.played(samples_played)
@@ -206,33 +188,26 @@ class Session:
     # --- results from the compute worker --------------------------------------------------
 
     def on_audio(self, job_id: int, audio: Audio, now: float) -> None:
-        if (pipeline := self._running(job_id)) is not None:
+        if (pipeline := self._contexts.running(job_id)) is not None:
             pipeline.on_audio(job_id, audio, now)
 
     def on_words(self, job_id: int, starts: Sequence[int]) -> None:
-        if (pipeline := self._running(job_id)) is not None:
+        if (pipeline := self._contexts.running(job_id)) is not None:
             pipeline.on_words(job_id, starts)
 
     def on_text(self, job_id: int, text: str, now: float) -> None:
-        if (pipeline := self._running(job_id)) is not None:
+        if (pipeline := self._contexts.running(job_id)) is not None:
             pipeline.on_text(job_id, text, now)
 
     def on_done(self, job_id: int, now: float) -> None:
-        if (pipeline := self._running(job_id)) is not None:
+        if (pipeline := self._contexts.running(job_id)) is not None:
             pipeline.on_done(job_id, now)
             self._pump(now)  # the engine is free: another context's segment may go
 
     def on_failed(self, job_id: int, message: str, now: float) -> None:
-        if (pipeline := self._running(job_id)) is not None:
+        if (pipeline := self._contexts.running(job_id)) is not None:
             pipeline.on_failed(job_id, message, now)
             self._pump(now)
-
-    def _running(self, job_id: int) -> TurnPipeline | None:
-        """The live turn a job of the compute worker is for; None for a cancelled one."""
-        for context in self._contexts.values():
-            if context.live is not None and job_id in context.live.turn.jobs():
-                return context.live
-        return None
 
     # --- time and the outbox --------------------------------------------------------------
 
@@ -249,7 +224,7 @@ class Session:
 
     def tick(self, now: float) -> None:
         """Time passed: flush, stall-guard, turn-duration or idle deadlines may have come."""
-        for key, context in list(self._contexts.items()):
+        for key, context in self._contexts.items():
             live = context.live
             if live is not None and now - live.turn.started >= self.config.max_turn_seconds:
                 turn_id = live.turn.id
@@ -262,10 +237,10 @@ class Session:
                     key,
                 )
                 live.cut(now)
-            elif key is not None and now >= (self._idle_at(context) or float("inf")):
+            elif key is not None and now >= (self._idle_at(context) or math.inf):
                 self._close_context(key, "idle_timeout", now)
         if (
-            not self._any_live
+            not self._contexts.any_live
             and self.close_request is None
             and now - self._last_activity >= self.config.idle_timeout_s
         ):
@@ -292,7 +267,7 @@ class Session:
 
     def close(self) -> None:
         """The connection is gone: cancel the worker's jobs and drop everything queued."""
-        for context in self._contexts.values():
+        for context in self._contexts:
             if context.live is not None:
                 self._jobs.cancel(context.live.turn.jobs())
             context.live = None
@@ -306,18 +281,16 @@ class Session:
 
     def wakeup_at(self, now: float) -> float | None:
         """When ``tick`` should next be called, if nothing else happens first."""
-        times = [
-            at for context in self._contexts.values() if (at := self._idle_at(context)) is not None
-        ]
-        times += [c.live.wakeup_at(now) for c in self._contexts.values() if c.live is not None]
-        if not self._any_live and self.close_request is None:
+        times = [at for context in self._contexts if (at := self._idle_at(context)) is not None]
+        times += [c.live.wakeup_at(now) for c in self._contexts if c.live is not None]
+        if not self._contexts.any_live and self.close_request is None:
             times.append(self._last_activity + self.config.idle_timeout_s)
         return min(times, default=None)
 
     @property
     def pending_audio_s(self) -> float:
         """Seconds of audio waiting for the socket, at the output rate of its turn."""
-        unnamed = self._contexts[None]
+        unnamed = self._contexts.unnamed
         pipeline = unnamed.live if unnamed.live is not None else unnamed.finished
         rate = pipeline.turn.listener.sample_rate if pipeline else self.audio.sample_rate
         return self.outbox.samples / rate
@@ -325,10 +298,7 @@ class Session:
     @property
     def synthesizing(self) -> bool:
         """A segment of this session is with the compute worker."""
-        return any(
-            c.live is not None and c.live.turn.in_flight is not None
-            for c in self._contexts.values()
-        )
+        return self._contexts.synthesizing
 
     @property
     def history(self) -> list[Message]:
@@ -342,33 +312,7 @@ class Session:
             raise VoicewsError(
                 ErrorCode.SHUTTING_DOWN, "the server is shutting down; no new turns", turn_id
             )
-        context = self._contexts.get(context_id)
-        if context is not None and turn_id == context.last_turn_id:
-            raise VoicewsError(
-                ErrorCode.DUPLICATE_TURN_ID,
-                f"turn_id {turn_id!r} is the latest turn's; use a new id per turn",
-                turn_id,
-            )
-        if any(
-            p is not None and p.turn.id == turn_id
-            for c in self._contexts.values()
-            for p in (c.live, c.finished)
-        ):
-            raise VoicewsError(
-                ErrorCode.DUPLICATE_TURN_ID,
-                f"turn_id {turn_id!r} is another context's turn; use a new id per turn",
-                turn_id,
-            )
-        if context is None:
-            named = len(self._contexts) - 1
-            if named >= self.config.max_contexts:
-                raise VoicewsError(
-                    ErrorCode.TOO_MANY_CONTEXTS,
-                    f"{named} contexts are open, the most a socket may hold; "
-                    "close one with close_context first",
-                    turn_id,
-                )
-            context = self._contexts[context_id] = _Context()
+        context = self._contexts.for_turn(context_id, turn_id)
         if context.live is not None:
             context.live.cut(now)
         context.last_turn_id, context.last_message = turn_id, now
@@ -381,7 +325,7 @@ class Session:
         context.live = TurnPipeline(
             turn,
             self._shared,
-            self._speaking,
+            self._settings.speaking,
             partial(self._ended, context),
             partial(self.report, context_id=context_id),
         )
@@ -399,74 +343,28 @@ class Session:
         self.outbox.append(ContextClosed(context_id=context_id, reason=reason))
         self._pump(now)
 
-    def _idle_at(self, context: _Context) -> float | None:
-        """When a named context with nothing to speak will have sat idle too long."""
-        if context is self._contexts[None] or context.busy():
-            return None
-        return context.last_message + self._context_idle_s
-
-    def _may_cut(self, pipeline: TurnPipeline) -> bool:
-        """One segment at a time across contexts, the oldest unspoken text first."""
-        mine = self._contexts.get(pipeline.turn.context_id)
-        for context in self._contexts.values():
-            other = context.live
-            if other is None or other is pipeline:
-                continue
-            if other.turn.in_flight is not None:
-                return False
-            older = mine is not None and context.queued_at < mine.queued_at
-            if older and other.turn.segmenter.has_text:
-                return False
-        return True
+    def _idle_at(self, context: Context) -> float | None:
+        return self._contexts.idle_at(context, self._settings.context_idle_s)
 
     @property
     def _live(self) -> TurnPipeline | None:
         """The unnamed context's live turn: the one turn of a client that names no context."""
-        return self._contexts[None].live
-
-    @property
-    def _any_live(self) -> bool:
-        return any(c.live is not None for c in self._contexts.values())
+        return self._contexts.unnamed.live
 
     def _update(self, changes: SettingsUpdate) -> None:
-        if changes.voice is not None and changes.voice not in self.config.voices:
-            raise unknown_voice(changes.voice, self.config.voices)
-        try:
-            audio = self.audio.updated(changes.sample_rate, changes.format)
-        except ValueError as exc:
-            raise VoicewsError(ErrorCode.INVALID_MESSAGE, str(exc)) from None
-        options = {
-            name: value
-            for name in ("speed", "voice", "chunk_frames", "overlap_frames")
-            if (value := getattr(changes, name)) is not None
-        }
-        self._options = replace(self._options, **options)
-        self.audio = audio
-        self._normalization = changes.normalization or self._normalization
-        self._context_idle_s = changes.context_idle_s or self._context_idle_s
-        server = self.config.reading
-        self._reading = replace(
-            self._reading,
-            locale=changes.locale or self._reading.locale,
-            lexicon=self._reading.lexicon
-            if changes.lexicon is None
-            else {**server.lexicon, **changes.lexicon},
-        )
+        settings = self._settings
+        settings.update(changes)
         self.outbox.append(
             SessionUpdated(
-                audio=audio,
-                speed=self._options.speed,
-                normalization=self._normalization,
-                locale=self._reading.locale,
-                voice=self._options.voice or next(iter(self.config.voices), None),
+                audio=settings.audio,
+                speed=settings.options.speed,
+                normalization=settings.normalization,
+                locale=settings.reading.locale,
+                voice=settings.voice,
                 live_turn_id=self._live.turn.id if self._live is not None else None,
                 context_idle_s=changes.context_idle_s,
             )
         )
-
-    def _speaking(self) -> Speaking:
-        reading = self._reading if self._normalization == "auto" else None
-        return Speaking(self._options, reading)
 
     def _pending_limit(self, rate: int) -> int:
         """Samples of queued audio at ``rate`` that pause synthesis."""
@@ -505,10 +403,7 @@ class Session:
         return context.live
 
     def _pump(self, now: float) -> None:
-        live = sorted(
-            (c for c in self._contexts.values() if c.live is not None),
-            key=lambda c: c.queued_at,
-        )
+        live = self._contexts.by_arrival()
         for context in live:
             if context.live is not None:  # an earlier one's end may not have ended it
                 context.live.pump(now)
@@ -517,7 +412,7 @@ class Session:
 
     def _ended(
         self,
-        context: _Context,
+        context: Context,
         pipeline: TurnPipeline,
         now: float,
         cancelled: bool,
@@ -534,5 +429,5 @@ class Session:
             self._close_if_drained()
 
     def _close_if_drained(self) -> None:
-        if self._draining and not self._any_live and self.close_request is None:
+        if self._draining and not self._contexts.any_live and self.close_request is None:
             self.close_request = Close(CloseCode.GOING_AWAY, "server shutting down")
