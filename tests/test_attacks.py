@@ -363,9 +363,10 @@ async def test_six_hundred_connections_that_never_finish_a_request_lock_no_one_o
         attack = await asyncio.create_subprocess_exec(
             sys.executable,
             "-c",
-            f"import asyncio, os, hostile; os.nice(19); print(asyncio.run(hostile.exhaust("
-            f"'{HOST}', {srv.port}, connections=600, seconds={timeout(14)})))",
-            env={**os.environ, "PYTHONPATH": str(Path(hostile.__file__).parent)},
+            "import asyncio, os; from bench.hostile import clients as hostile; os.nice(19); "
+            f"print(asyncio.run(hostile.exhaust('{HOST}', {srv.port}, connections=600, "
+            f"seconds={timeout(14)})))",
+            env={**os.environ, "PYTHONPATH": str(Path(hostile.__file__).parents[2])},
             stdout=asyncio.subprocess.PIPE,
         )
         try:

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from functools import partial
-from typing import assert_never
+from typing import Any, TypeVar, assert_never
 
 from .compute.execution import ComputeWorker
 from .compute.jobs import (
@@ -32,6 +32,8 @@ from .core.jobs import GenerationRequest, Request, SynthesisRequest
 from .core.session import Session
 from .text.segmenter import spoken_length
 
+Sent = TypeVar("Sent")
+Received = TypeVar("Received")
 Generate = Callable[[GenerationRequest], Work]
 """Agent mode: the work that writes the reply a generation request asks for."""
 
@@ -118,6 +120,25 @@ class SessionDriver:
         their first words at once)."""
         load = self._worker.load()
         self.session.load(load.wait, load.cost, load.idle, load.backlog)
+
+    async def serve(
+        self, send_loop: Coroutine[Any, Any, Sent], receive_loop: Coroutine[Any, Any, Received]
+    ) -> tuple[asyncio.Task[Sent], asyncio.Task[Received]]:
+        """Run a connection's send and receive loops until either ends, then close the session
+        and stop the other. The first to end ends both: the receive loop may be waiting for the
+        client to read (backpressure) when the peer vanishes, and only the send loop, failing
+        to write, then knows it."""
+        sender = asyncio.create_task(send_loop)
+        receiver = asyncio.create_task(receive_loop)
+        try:
+            await asyncio.wait({sender, receiver}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            self.close()
+            for task in (receiver, sender):
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError, OSError):
+                    await task
+        return sender, receiver
 
     def close(self) -> None:
         """The peer is gone: cancel everything the session had running."""

@@ -266,12 +266,13 @@ class TurnPipeline:
         end = turn.listener.end
         speaking = self._speaking()
         options = speaking.options
-        reading = None if speaking.reading is None else read(segment.text, speaking.reading)
+        # URLs are read shortened to their host and path, one word each still.
+        text = speakable(segment.text)
+        reading = None if speaking.reading is None else read(text, speaking.reading)
         request = SynthesisRequest(
             job_id=jobs.next_id(),
             turn_id=turn.id,
-            # As written, URLs are shortened, one word each still.
-            text=speakable(segment.text) if reading is None else reading.spoken,
+            text=text if reading is None else reading.spoken,
             options=replace(options, eager=True) if first else options,
             first=first,
             deadline=now if first or end is None else end,

@@ -12,9 +12,7 @@ over the characters of each word, keyed to the text as sent, once the segment's 
 
 from __future__ import annotations
 
-import asyncio
 import base64
-import contextlib
 import json
 import re
 from dataclasses import dataclass, field
@@ -235,16 +233,7 @@ class ElevenLabsConnection:
             )
         )
         self.driver.sync()
-        sender = asyncio.create_task(self._send_loop())
-        receiver = asyncio.create_task(self._receive_loop())
-        try:
-            await asyncio.wait({sender, receiver}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            self.driver.close()
-            for task in (receiver, sender):
-                task.cancel()
-                with contextlib.suppress(asyncio.CancelledError, OSError):
-                    await task
+        await self.driver.serve(self._send_loop(), self._receive_loop())
 
     def drain(self) -> None:
         """Server shutdown: let the live turns finish, then close."""

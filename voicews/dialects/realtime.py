@@ -11,8 +11,6 @@ while we wait for it to read ends the session as soon as the send loop finds out
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 from dataclasses import dataclass
 from typing import assert_never
 
@@ -49,12 +47,7 @@ class RealtimeConnection:
         self._send = send
 
     async def run(self) -> Closed:
-        """Serve until either side closes or the peer is gone.
-
-        The receive and send loops run as two tasks and the first to end ends the session:
-        the receive loop may be waiting for the client to read (backpressure) when the peer
-        vanishes, and only the send loop, failing to write, then knows it.
-        """
+        """Serve until either side closes or the peer is gone (``SessionDriver.serve``)."""
         session = self.session
         await self._send(
             {
@@ -64,16 +57,7 @@ class RealtimeConnection:
         )
         session.start(self.driver.now())
         self.driver.sync()
-        sender = asyncio.create_task(self._send_loop())
-        receiver = asyncio.create_task(self._receive_loop())
-        try:
-            await asyncio.wait({sender, receiver}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            self.driver.close()
-            for task in (receiver, sender):
-                task.cancel()
-                with contextlib.suppress(asyncio.CancelledError, OSError):
-                    await task
+        sender, receiver = await self.driver.serve(self._send_loop(), self._receive_loop())
         code = None
         if sender.done() and not sender.cancelled() and sender.exception() is None:
             code = sender.result()
