@@ -170,17 +170,25 @@ async def test_errors_are_json_in_the_openai_shape(server: VoicewsServer) -> Non
     assert body["error"]["code"] == "invalid_request" and "input" in body["error"]["message"]
 
 
-async def test_cors_preflight_and_headers_for_browsers(server: VoicewsServer) -> None:
-    reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+async def preflight(port: int, origin: bytes) -> bytes:
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
     writer.write(
-        b"OPTIONS /v1/audio/speech HTTP/1.1\r\nHost: t\r\nOrigin: https://app.test\r\n"
+        b"OPTIONS /v1/audio/speech HTTP/1.1\r\nHost: t\r\nOrigin: " + origin + b"\r\n"
         b"Access-Control-Request-Method: POST\r\nConnection: close\r\n\r\n"
     )
     response = await asyncio.wait_for(reader.read(), timeout(5))
     writer.close()
+    return response
+
+
+async def test_cors_preflight_and_headers_for_browsers(server: VoicewsServer) -> None:
+    response = await preflight(server.port, b"https://app.test")
     assert response.startswith(b"HTTP/1.1 204")
     assert b"access-control-allow-origin: https://app.test" in response
     assert b"access-control-allow-methods: POST" in response
+    # An Origin admission refuses (here malformed: it has a path) is never echoed back.
+    response = await preflight(server.port, b"https://app.test/evil")
+    assert b"access-control-allow-origin" not in response
 
 
 async def test_client_leaving_mid_stream_stops_synthesis(server: VoicewsServer) -> None:

@@ -237,9 +237,9 @@ class VoicewsApp:
         return body
 
     def _cors(self, origin: str | None) -> list[tuple[bytes, bytes]]:
-        """CORS headers for the speech endpoint: any origin, or those on the allow-list."""
-        allowed = self.config.access.allowed_origins
-        if origin is None or (allowed and origin not in allowed):
+        """CORS headers for the speech endpoint: for an origin admission would let in (any
+        well-formed one, or those on the allow-list), never one it refuses."""
+        if origin is None or not access.origin_allowed(self.config.access, origin):
             return []
         return [
             (b"access-control-allow-origin", origin.encode("latin-1")),
