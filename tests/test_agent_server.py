@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import importlib.util
-from collections.abc import AsyncIterator, Iterator
+import threading
+from collections.abc import AsyncIterator, Generator, Iterator
 from contextlib import asynccontextmanager
 from dataclasses import replace
 from pathlib import Path
@@ -20,7 +21,9 @@ from tiny_llm import build_tiny_model
 from voicews.agent.server import AgentBackend
 from voicews.client import RealtimeClient
 from voicews.compute.execution import ComputeWorker
+from voicews.compute.jobs import Job, JobText
 from voicews.core.conversation import AgentConfig
+from voicews.core.jobs import GenerationRequest
 from voicews.errors import ErrorCode
 from voicews.protocol import (
     AudioFrame,
@@ -147,6 +150,36 @@ def test_agent_mode_needs_a_worker_with_one_lane() -> None:
             AgentBackend("unused").preload(worker)
     finally:
         worker.stop()
+
+
+class _OneLane(_TwoLanes):
+    concurrent = False
+
+
+def test_a_reply_still_generating_when_the_worker_stops_is_closed_on_its_thread(
+    tiny_model: Path,
+) -> None:
+    """mlx-lm's generator holds a stream context that fails when destroyed on another thread
+    than its own (an unraisable RuntimeError, once the stopped worker is collected elsewhere):
+    the worker closes a generation left in its queue as it stops."""
+    worker = ComputeWorker(_OneLane)
+    worker.start()
+    backend = AgentBackend(str(tiny_model))
+    backend.preload(worker)
+    spoke = threading.Event()
+    request = GenerationRequest(
+        1, "t", ({"role": "user", "content": "go on"},), AgentConfig(max_tokens=MAX_TOKENS)
+    )
+    job = Job(
+        backend.generator()(request),
+        0.0,
+        lambda event: spoke.set() if isinstance(event, JobText) else None,
+        pinned=True,
+    )
+    worker.submit(job)
+    assert spoke.wait(timeout(30))
+    worker.stop()
+    assert isinstance(job._steps, Generator) and job._steps.gi_frame is None  # closed
 
 
 async def test_user_message_errors(agent_server: VoicewsServer, server: VoicewsServer) -> None:

@@ -342,6 +342,32 @@ def test_a_job_cancelled_while_queued_never_runs(worker: ComputeWorker, engine: 
     assert engine.computed == ["hold", "p"] and rec.of("queued") == []
 
 
+def test_jobs_left_when_the_worker_stops_are_closed_on_its_thread(
+    worker: ComputeWorker, engine: Costed
+) -> None:
+    """A job between two steps, and one cancelled while queued, are closed by the lane as it
+    stops: a generation's generator holds thread-bound state (an MLX stream context) that
+    fails when finalized on whichever thread drops the worker."""
+    rec = Recorder()
+    gate = hold(worker, engine, rec)
+    engine.gates["b"] = mid = Gate()
+    worker.submit(rec.speak("running", "a b c"))
+    other = rec.speak("other", "x y", deadline=0.05)  # steps between "a" and "b"
+    worker.submit(other)
+    gate.go.set()
+    assert mid.reached.wait(WAIT)
+    assert engine.computed[-2:] == ["a", "x"]
+    ComputeWorker.cancel(other)  # queued, started
+    stopper = threading.Thread(target=worker.stop)
+    stopper.start()
+    while not worker._stopping:
+        time.sleep(0.001)
+    mid.go.set()  # "running" ends its step and goes back to the queue: the lane is stopping
+    stopper.join(WAIT)
+    assert "a b c on voicews-compute" in engine.closed
+    assert "x y on voicews-compute" in engine.closed
+
+
 def test_a_failure_is_reported_and_the_worker_goes_on(
     worker: ComputeWorker, engine: Costed
 ) -> None:

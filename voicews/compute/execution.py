@@ -137,14 +137,16 @@ class ComputeWorker:
 
     def _take(self) -> tuple[Job | None, list[Job]]:
         """With the lock held: the job due first that may start now, or None and the
-        cancelled jobs to close (none when stopping)."""
+        cancelled jobs to close; when stopping, None and every job this lane may close (a
+        generation's generator dropped with the worker would be finalized on another thread,
+        where MLX's stream context fails)."""
         lane = threading.get_ident()
         while not self._stopping:
             job, dropped = self._plan.take(lane, self._clock())
             if job is not None or dropped:
                 return job, dropped
             self._cond.wait()
-        return None, []
+        return None, self._plan.drain(lane)
 
     def _serve(self, engine: Engine) -> None:
         while True:

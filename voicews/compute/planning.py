@@ -110,6 +110,12 @@ class Planner:
             self._wait_at = now
         return job, []
 
+    def drain(self, lane: int) -> list[Job]:
+        """The queued jobs ``lane`` may close, taken out of the queue: the worker is stopping."""
+        mine = [job for job in self.queue if job._lane in (None, lane)]
+        self.queue = [job for job in self.queue if job not in mine]
+        return mine
+
     def _may_start(self, job: Job, now: float) -> bool:
         """A job held back by its account (given more than the allowance beyond real time)
         may not take the last free lane: it stays for those whose listeners need it."""
