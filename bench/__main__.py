@@ -51,6 +51,14 @@ SCENARIOS: dict[str, tuple[str, str]] = {
         "bench.engines.kokoro_ab",
         "Kokoro graphs (int8, float, static): first audio, RTF, RSS, WER, DNSMOS; 1/2/4 at once",
     ),
+    "kokoro_cost": (
+        "bench.engines.kokoro_cost",
+        "Kokoro's cost per inference against its length, beside Piper's: the first segment's",
+    ),
+    "kokoro_calibrate": (
+        "bench.engines.kokoro_calibrate",
+        "measure the activation ranges Kokoro's static graph is built from, and ship them",
+    ),
     "slow_engine": (
         "bench.engines.slow_engine",
         "first audio and stalls with an engine 10x slower than Piper, in simulated time",

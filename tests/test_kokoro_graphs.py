@@ -15,7 +15,8 @@ onnx = pytest.importorskip("onnx")
 from voicews.engines.base import SynthesisOptions, WordStarts  # noqa: E402
 from voicews.engines.kokoro import KokoroEngine  # noqa: E402
 from voicews.engines.kokoro.assets import SAMPLES_PER_FRAME, model_path  # noqa: E402
-from voicews.engines.kokoro.graphs import float_graph, static_graph  # noqa: E402
+from voicews.engines.kokoro.calibration import CALIBRATION, sha256, shipped  # noqa: E402
+from voicews.engines.kokoro.graphs import calibrate, float_graph, static_graph  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
@@ -77,6 +78,21 @@ def test_the_static_graph_quantizes_the_generator_with_fixed_ranges(
     assert abs(len(audio) - len(reference)) <= 2 * SAMPLES_PER_FRAME
     assert len(words.samples) == len(reference_words.samples)
     assert 0.7 < np.std(audio) / np.std(reference) < 1.4
+
+
+def test_the_shipped_ranges_are_this_models_and_what_calibration_measures() -> None:
+    """The static graph is built from ranges measured once and shipped (seconds at first use,
+    not a calibration run of minutes): they carry this model's checksum, name every tensor a
+    calibration run measures, and contain the ranges of one calibration sentence in one voice
+    (they are the widest over every sentence in every voice)."""
+    ranges = shipped()
+    assert ranges.model_sha256 == sha256(model_path())
+    one = calibrate(model_path(), ["af_heart"], CALIBRATION[:1])
+    assert one.tensors.keys() == ranges.tensors.keys() and len(one.tensors) > 48
+    for name, (low, high) in one.tensors.items():
+        shipped_low, shipped_high = (np.array(v) for v in ranges.tensors[name])
+        slack = 1e-4 * (shipped_high - shipped_low)  # another machine's float rounding
+        assert np.all(shipped_low - slack <= low) and np.all(high <= shipped_high + slack), name
 
 
 def test_graphs_are_made_once(monkeypatch: pytest.MonkeyPatch) -> None:

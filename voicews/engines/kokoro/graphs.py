@@ -6,24 +6,27 @@ LSTMs are ``DynamicQuantizeLSTM``. :func:`float_graph` turns each integer node, 
 input's quantization, its integer bias and its rescaling, into the float node over the
 dequantized weight ``(q - zero_point) * scale`` (the scales as the graph's rescaling ``Mul``
 holds them, found as :mod:`.mlx_weights` finds them) and the float bias; nodes left without a
-consumer go. :func:`static_graph` quantizes that float graph's convolutions again, statically:
-int8 weights per output channel, and activation ranges measured once on
-:data:`CALIBRATION` sentences in every shipped voice, so no input is re-quantized at run time.
-The weights are the shipped ones: nothing is retrained or downloaded.
+consumer go. :func:`static_graph` quantizes the generator's convolutions in that float graph
+again, statically: int8 weights per output channel, and the activation ranges shipped in
+:mod:`.calibration` (measured once by :func:`calibrate`), so no input is re-quantized at run
+time. The weights are the shipped ones: nothing is retrained or downloaded.
 """
 
 from __future__ import annotations
 
+import inspect
 import logging
 import os
 import re
-from collections.abc import Iterator
+import tempfile
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from ...cache import cache_dir, file_key, write_atomically
+from .calibration import CALIBRATION, Ranges, measure, sha256, shipped
 
 log = logging.getLogger(__name__)
 
@@ -34,16 +37,6 @@ STATIC = re.compile(r"^/decoder/decoder/generator/(resblocks|noise_res)\.")
 """The nodes :func:`static_graph` quantizes statically: the generator's residual blocks, most
 of the model's compute (the rest is as shipped; quantizing every convolution statically lost
 words, WER 0.16-0.23 against 0.00-0.06)."""
-
-CALIBRATION = (
-    "Hello there, how can I help?",
-    "The museum opens at nine on weekdays, and at ten on Sundays.",
-    "Could you spell that for me, please?",
-    "Thanks! I will call you back later today, around four.",
-    "Wow, that is a great idea; let us try it.",
-)
-"""Sentences whose activations set the static graph's ranges: a greeting, a long statement,
-a question, an exclamation, numbers read as words. None is spoken in a test or a benchmark."""
 
 
 def _derived(model: Path, kind: str) -> Path:
@@ -66,45 +59,27 @@ def float_graph(model: Path) -> Path:
     return out
 
 
-def static_graph(model: Path) -> Path:
+def static_graph(model: Path, ranges: Ranges | None = None) -> Path:
     """``model`` with the generator's residual convolutions (:data:`STATIC`) quantized
-    statically, made once into the cache (a few minutes on two busy cores: a calibration run
-    of each sentence in each voice)."""
+    statically, made once into the cache: from ``ranges``, by default the shipped ones
+    (:mod:`.calibration`; seconds), or measured first where they are for another model or
+    this onnxruntime cannot take them (minutes)."""
     out = _derived(model, "static")
     if out.is_file():
         return out
-    import onnx
-    from onnxruntime.quantization import (
-        CalibrationDataReader,
-        CalibrationMethod,
-        QuantFormat,
-        QuantType,
-        quantize_static,
-    )
-
-    class Reader(CalibrationDataReader):  # type: ignore[misc]
-        def __init__(self) -> None:
-            self._feeds = _calibration_feeds()
-
-        def get_next(self) -> dict[str, Any] | None:
-            return next(self._feeds, None)
-
-    log.info("making Kokoro's static graph into %s, once (minutes on two cores)", out)
-    proto = onnx.load(str(model))
-    dequantize(proto, STATIC)
-    nodes = proto.graph.node
-    convolutions = [n.name for n in nodes if n.op_type == "Conv" and STATIC.match(n.name)]
+    proto, convolutions = _generator_in_float(model)
     partial = out.with_name(f"{out.name}.float{os.getpid()}")
     tmp = out.with_name(f"{out.name}.tmp{os.getpid()}")
     try:
         write_atomically(partial, proto.SerializeToString())
-        quantize_static(
-            str(partial), str(tmp), Reader(),
-            quant_format=QuantFormat.QOperator, op_types_to_quantize=["Conv"], per_channel=True,
-            nodes_to_quantize=convolutions,
-            activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8,
-            calibrate_method=CalibrationMethod.MinMax,
-        )  # fmt: skip
+        if ranges is None:
+            ranges, digest = shipped(), sha256(model)
+            if ranges.model_sha256 != digest or not _takes_ranges():
+                log.warning("measuring the ranges of Kokoro's static graph, once (minutes on "
+                            "two cores): the shipped ones are for another model, or this "
+                            "onnxruntime cannot take them")  # fmt: skip
+                ranges = measure(partial, digest, _activations(convolutions))
+        _quantize(partial, tmp, ranges, [n.name for n in convolutions])
         tmp.replace(out)
     finally:
         partial.unlink(missing_ok=True)
@@ -112,20 +87,54 @@ def static_graph(model: Path) -> Path:
     return out
 
 
-def _calibration_feeds() -> Iterator[dict[str, Any]]:
-    from .assets import language, load_voice, style, voices
-    from .phonemes import MAX_PHONEMES, PAD, phonemize, tokenize
+def calibrate(
+    model: Path, voices: Iterable[str] | None = None, sentences: Iterable[str] = CALIBRATION
+) -> Ranges:
+    """The ranges :func:`static_graph` needs, measured on ``model`` (minutes for every
+    calibration sentence in every voice: :func:`.calibration.measure`)."""
+    proto, convolutions = _generator_in_float(model)
+    with tempfile.TemporaryDirectory(prefix="voicews-kokoro-") as tmp:
+        partial = Path(tmp) / "partial.onnx"
+        partial.write_bytes(proto.SerializeToString())
+        return measure(partial, sha256(model), _activations(convolutions), voices, sentences)
 
-    for voice in voices():
-        pack = load_voice(voice)
-        for text in CALIBRATION:
-            for phonemes in phonemize(text, language(voice), MAX_PHONEMES):
-                tokens = tokenize(phonemes)
-                yield {
-                    "tokens": np.array([[PAD, *tokens, PAD]], dtype=np.int64),
-                    "style": style(pack, len(tokens)),
-                    "speed": np.array([1.0], dtype=np.float32),
-                }
+
+def _generator_in_float(model: Path) -> tuple[Any, list[Any]]:
+    """``model`` with the :data:`STATIC` nodes in float, and its convolutions among them."""
+    import onnx
+
+    proto = onnx.load(str(model))
+    dequantize(proto, STATIC)
+    convolutions = [n for n in proto.graph.node if n.op_type == "Conv" and STATIC.match(n.name)]
+    return proto, convolutions
+
+
+def _activations(convolutions: list[Any]) -> set[str]:
+    """What a quantized convolution reads and writes, besides its weight and bias."""
+    return {name for n in convolutions for name in (n.input[0], n.output[0])}
+
+
+def _takes_ranges() -> bool:
+    """Whether ``quantize_static`` takes ranges measured before (``calibration_cache_path``,
+    a recent onnxruntime's: 1.32 has it)."""
+    from onnxruntime.quantization import quantize_static
+
+    return "calibration_cache_path" in inspect.signature(quantize_static).parameters
+
+
+def _quantize(partial: Path, out: Path, ranges: Ranges, convolutions: list[str]) -> None:
+    from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_static
+
+    with tempfile.TemporaryDirectory(prefix="voicews-kokoro-") as tmp:
+        cache = Path(tmp) / "ranges.json"
+        ranges.cache_file(cache)
+        quantize_static(
+            str(partial), str(out), None,
+            quant_format=QuantFormat.QOperator, op_types_to_quantize=["Conv"], per_channel=True,
+            nodes_to_quantize=convolutions,
+            activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8,
+            calibrate_method=CalibrationMethod.MinMax, calibration_cache_path=cache,
+        )  # fmt: skip
 
 
 class _Edges:
