@@ -41,6 +41,16 @@ def test_the_connection_bounds_are_options(monkeypatch: pytest.MonkeyPatch) -> N
     assert (config.request_timeout, config.max_connections) == (2.5, 9)
 
 
+def test_the_context_limits_are_options(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("VOICEWS_TOKENS", raising=False)
+    args = parser().parse_args(["serve", "--max-contexts", "3", "--context-idle-s", "90"])
+    session = serve_config(args).session
+    assert (session.max_contexts, session.context_idle_s) == (3, 90.0)
+    for bad in (["--max-contexts", "0"], ["--context-idle-s", "-1"], ["--context-idle-s", "nan"]):
+        with pytest.raises(SystemExit):
+            parser().parse_args(["serve", *bad])
+
+
 def test_the_bundled_voice_is_the_one_named() -> None:
     assert bundled_voice().name == f"{BUNDLED_VOICE}.onnx"
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import io
 import json
 import time
 from collections.abc import AsyncIterator
@@ -13,6 +14,8 @@ from dataclasses import replace
 from typing import Any
 
 import aiohttp
+import av
+import numpy as np
 import pytest
 import websockets
 from livekit.agents.types import USERDATA_TIMED_TRANSCRIPT, TimedString
@@ -49,6 +52,8 @@ from voicews.access import AccessPolicy
 from voicews.client import word_pieces
 from voicews.core.events import WordMark
 from voicews.dialects.elevenlabs import alignment, parse_request
+from voicews.dialects.elevenlabs_audio import AudioFormat
+from voicews.encoding import OutputFormat
 from voicews.errors import ErrorCode, VoicewsError
 from voicews.server import VoicewsServer
 
@@ -62,16 +67,21 @@ def test_the_url_says_voice_contexts_format_and_reading() -> None:
         b"&inactivity_timeout=300&apply_text_normalization=off&sync_alignment=true",
     )
     assert request is not None and request.voice_id == "any-voice" and request.multi
-    assert (request.output_format.sample_rate, request.output_format.format) == (
-        8000, "pcm_mulaw",
-    )  # fmt: skip
+    assert request.audio == AudioFormat(OutputFormat(8000, "pcm_mulaw"))
     assert (request.normalization, request.inactivity_timeout) == ("off", 180.0)
     single = parse_request("/v1/text-to-speech/v/stream-input", b"output_format=pcm_44100")
-    assert single is not None and not single.multi and single.output_format.sample_rate == 44100
+    assert single is not None and not single.multi
+    assert single.audio == AudioFormat(OutputFormat(44100))
+    unnamed = parse_request(MULTI, b"")  # the cloud's default: MP3 at 44.1 kHz, 128 kbit/s
+    assert unnamed is not None and unnamed.audio == AudioFormat(
+        OutputFormat(44100, "pcm_f32le"), 128_000
+    )
     assert parse_request("/v1/realtime", b"") is None
-    with pytest.raises(VoicewsError) as refused:
-        parse_request(MULTI, b"output_format=mp3_44100_128")
-    assert refused.value.code is ErrorCode.INVALID_REQUEST and "pcm_16000" in refused.value.message
+    for unserved in (b"output_format=mp3_44100_100", b"output_format=opus_48000_64"):
+        with pytest.raises(VoicewsError) as refused:
+            parse_request(MULTI, unserved)
+        assert refused.value.code is ErrorCode.INVALID_REQUEST
+        assert "pcm_16000" in refused.value.message and "mp3_22050_32" in refused.value.message
 
 
 def test_alignment_spreads_each_word_over_its_characters() -> None:
@@ -115,6 +125,25 @@ async def test_multi_stream_input_speaks_aligns_and_closes_contexts(
     chars = "".join(c for m in got if m.get("alignment") for c in m["alignment"]["chars"])
     assert chars.split() == "Hello there, how are you today?".split()
     assert refused["error"] == ErrorCode.INVALID_MESSAGE and "text" in refused["message"]
+
+
+async def test_mp3_by_default_one_stream_per_turn_whole_at_its_end(
+    server: VoicewsServer,
+) -> None:
+    """No ``output_format``: MP3 as the cloud sends it, each turn's tail flushed at its end."""
+    url = f"ws://127.0.0.1:{server.port}/v1/text-to-speech/v/stream-input"
+    async with websockets.connect(url) as ws:
+        await ws.send(json.dumps({"text": "Hello there, how are you today? "}))
+        await ws.send(json.dumps({"text": ""}))
+        got = await receive_until_final(ws)
+    mp3 = b"".join(base64.b64decode(m["audio"]) for m in got if m.get("audio"))
+    with av.open(io.BytesIO(mp3), format="mp3") as container:
+        frames = list(container.decode(audio=0))
+    samples = np.concatenate([f.to_ndarray().reshape(-1) for f in frames])
+    assert {f.sample_rate for f in frames} == {44100}
+    assert 1.0 < samples.size / 44100 < 4.0 and np.abs(samples).max() > 0.1
+    text = "".join(c for m in got if m.get("alignment") for c in m["alignment"]["chars"])
+    assert text.split() == "Hello there, how are you today?".split()
 
 
 async def test_a_token_in_the_first_message_or_none_at_all() -> None:
@@ -233,7 +262,7 @@ async def test_livekit_elevenlabs_plugin_two_turns_the_first_interrupted(
         voice = elevenlabs.TTS(
             api_key="unused",
             base_url=f"http://127.0.0.1:{server.port}/v1",
-            encoding="pcm_22050",  # the plugin's default is mp3, which voicews does not serve
+            # encoding: the plugin's default, MP3 at 22050 Hz, 32 kbit/s, one stream per turn
             http_session=http,
         )
         first = voice.stream()

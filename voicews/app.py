@@ -150,7 +150,7 @@ class VoicewsApp:
             await refuse_websocket(send, refusal)
             return
         await send({"type": "websocket.accept"})
-        session = self.admission.open_session(self.config.session, request.output_format)
+        session = self.admission.open_session(self.config.session, request.audio.session)
         connection = elevenlabs.ElevenLabsConnection(
             SessionDriver(session, self.worker, self.metrics.observe),
             receive,

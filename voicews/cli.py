@@ -57,6 +57,19 @@ def parser() -> argparse.ArgumentParser:
     )
     serve.add_argument("--max-sessions", type=int, default=DEFAULTS.max_sessions)
     serve.add_argument(
+        "--max-contexts",
+        type=_count,
+        default=DEFAULTS.session.max_contexts,
+        help="contexts (turns named by context_id) one socket may hold open at once",
+    )
+    serve.add_argument(
+        "--context-idle-s",
+        type=_seconds,
+        default=DEFAULTS.session.context_idle_s,
+        help="a named context with nothing to speak and no message for this long is closed "
+        "(a session may set its own, 5-180)",
+    )
+    serve.add_argument(
         "--token-file", help=f"bearer tokens, one per line (also ${TOKENS_ENV}, comma-separated)"
     )
     serve.add_argument(
@@ -155,6 +168,8 @@ def serve_config(args: argparse.Namespace) -> ServerConfig:
         session=replace(
             DEFAULTS.session,
             idle_flush_ms=args.idle_flush_ms,
+            max_contexts=args.max_contexts,
+            context_idle_s=args.context_idle_s,
             reading=NormalizeOptions(
                 locale=args.locale,
                 lexicon=load_lexicon(Path(args.lexicon)) if args.lexicon else {},
@@ -204,6 +219,20 @@ def _log_level(name: str) -> str:
         ) from None
     logging.addLevelName(level, name.upper())
     return name.upper()
+
+
+def _count(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, not {value}")
+    return value
+
+
+def _seconds(text: str) -> float:
+    value = float(text)
+    if not value > 0:  # NaN too
+        raise argparse.ArgumentTypeError(f"must be a positive number of seconds, not {text}")
+    return value
 
 
 def _agent_model(name: str | None) -> str | None:

@@ -372,7 +372,10 @@ class ContainerEncoder:
     """One response body: the session's frames (``response_output``'s format) in, the
     container's bytes out as soon as the muxer writes them."""
 
-    def __init__(self, response_format: ResponseFormat, sample_rate: int) -> None:
+    def __init__(
+        self, response_format: ResponseFormat, sample_rate: int, bit_rate: int | None = None
+    ) -> None:
+        """``bit_rate``: the codec's, where the caller names one (else the codec's default)."""
         self.response_format = response_format
         self.sample_rate = sample_rate
         self._header = wav_header(sample_rate) if response_format == "wav" else b""
@@ -390,8 +393,8 @@ class ContainerEncoder:
             )
             stream = out.add_stream(container.codec, rate=sample_rate, layout="mono")
             assert isinstance(stream, av.AudioStream)
-            if container.codec == "libopus":
-                stream.codec_context.bit_rate = OPUS_BITRATE
+            if bit_rate is not None or container.codec == "libopus":
+                stream.codec_context.bit_rate = bit_rate or OPUS_BITRATE
             self._out, self._stream = out, stream
 
     def push(self, frame: bytes) -> bytes:

@@ -329,7 +329,7 @@ class Simulation:
     def conversation(self, index: int) -> SimSession:
         session = Session(f"s{index}", RATE, self.session_config)
         if self.pacing is not None:
-            session._pacing = self.pacing(self.session_config)  # type: ignore[assignment]
+            session._shared.pacing = self.pacing(self.session_config)  # type: ignore[assignment]
         session.start(self.now)
         return SimSession(index, session, Account())
 

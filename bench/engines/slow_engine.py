@@ -39,9 +39,10 @@ class TodayPacing:
         self._max_chars = config.segmenter.max_chars
         self._latency_per_char = 0.1 / 20
         self._wait = 0.0
+        self.idle = False
 
-    def engine(self, cost: Cost, wait: float) -> None:
-        self._wait = wait
+    def engine(self, cost: Cost, wait: float, idle: bool = False, backlog: float = 0.0) -> None:
+        self._wait, self.idle = wait, idle
 
     def observe(self, seconds: float, chars: int) -> None:
         sample = seconds / max(chars, 20)

@@ -27,20 +27,10 @@ from ..core import events as core
 from ..core.config import Normalization, SettingsUpdate
 from ..core.session import Session
 from ..driver import SessionDriver
-from ..encoding import Encoding, OutputFormat
 from ..errors import CloseCode, ErrorCode, VoicewsError
+from .elevenlabs_audio import DEFAULT, AudioFormat, ContextAudio, parse_format
 
 PATH = re.compile(r"^/v1/text-to-speech/([^/]{1,128})/(stream-input|multi-stream-input)$")
-OUTPUT_FORMATS: dict[str, tuple[int, Encoding]] = {
-    "pcm_8000": (8000, "pcm_s16le"),
-    "pcm_16000": (16000, "pcm_s16le"),
-    "pcm_22050": (22050, "pcm_s16le"),
-    "pcm_24000": (24000, "pcm_s16le"),
-    "pcm_44100": (44100, "pcm_s16le"),
-    "pcm_48000": (48000, "pcm_s16le"),
-    "ulaw_8000": (8000, "pcm_mulaw"),
-    "alaw_8000": (8000, "pcm_alaw"),
-}
 DEFAULT_CONTEXT = "default"
 """The context of a ``multi-stream-input`` message that names none."""
 
@@ -51,7 +41,7 @@ class Request:
 
     voice_id: str
     multi: bool
-    output_format: OutputFormat
+    audio: AudioFormat
     normalization: Normalization | None
     inactivity_timeout: float | None
     sync_alignment: bool = False
@@ -68,13 +58,7 @@ def parse_request(path: str, query: bytes) -> Request | None:
     if match is None:
         return None
     params = {k: v[-1] for k, v in parse_qs(query.decode("latin-1")).items()}
-    name = params.get("output_format", "pcm_22050")  # the cloud's default is mp3: not ours
-    if name not in OUTPUT_FORMATS:
-        allowed = ", ".join(OUTPUT_FORMATS)
-        raise VoicewsError(
-            ErrorCode.INVALID_REQUEST, f"output_format {name!r} is not served; choose {allowed}"
-        )
-    rate, encoding = OUTPUT_FORMATS[name]
+    audio = parse_format(params.get("output_format", DEFAULT))
     normalization: Normalization | None = None
     if (reading := params.get("apply_text_normalization")) is not None:
         normalization = "off" if reading == "off" else "auto"
@@ -89,7 +73,7 @@ def parse_request(path: str, query: bytes) -> Request | None:
     return Request(
         match.group(1),
         match.group(2) == "multi-stream-input",
-        OutputFormat(rate, encoding),
+        audio,
         normalization,
         timeout,
         params.get("sync_alignment") == "true",
@@ -215,6 +199,7 @@ class ElevenLabsConnection:
         self._contexts: dict[str | None, _Context] = {}
         self._turns = 0
         self._ending = False  # stream-input: the empty text came, isFinal after the turn
+        self._audio = ContextAudio(request.audio)
 
     async def run(self) -> None:
         session, request = self.session, self.request
@@ -368,24 +353,28 @@ class ElevenLabsConnection:
         key = getattr(item, "context_id", None)
         context = self._contexts.get(key)
         tag = {"contextId": key} if self.request.multi and key is not None else {}
-        rate = self.request.output_format.sample_rate
+        rate = self.request.audio.session.sample_rate
         out: list[dict[str, Any]] = []
         match item:
             case core.AudioFrame():
-                out.append({"audio": base64.b64encode(item.pcm).decode(), **tag})
+                out += _audio(self._audio.frame(key, item.pcm), tag)
             case core.SegmentStarted() if context is not None:
                 out += self._aligned(context, item.start_sample, rate, tag)
                 context.segment = _Segment(item.text, item.start_sample)
             case core.Words() if context is not None and context.segment is not None:
                 context.segment.words = item.words
             case core.TurnDone() if context is not None and context.turn == item.turn_id:
-                if not item.cancelled:
+                if item.cancelled:
+                    self._audio.drop(key)
+                else:
+                    out += _audio(self._audio.finish(key), tag)
                     out += self._aligned(context, item.samples, rate, tag)
                 context.segment, context.turn, context.flushed = None, None, False
                 context.base += item.samples
                 out += self._next_turn(key, context, tag)
             case core.ContextClosed():
                 self._contexts.pop(key, None)
+                self._audio.drop(key)
                 out.append({"isFinal": True, **tag})
             case core.Error():
                 logs.event("error", session=self.session.id, context=key, code=item.code)
@@ -424,3 +413,7 @@ class ElevenLabsConnection:
             self.session.close_request = core.Close(CloseCode.NORMAL_CLOSURE, "end of input")
             return [{"isFinal": True, **tag}]
         return []
+
+
+def _audio(data: bytes, tag: dict[str, Any]) -> list[dict[str, Any]]:
+    return [{"audio": base64.b64encode(data).decode(), **tag}] if data else []
