@@ -3,7 +3,8 @@
     python -m bench kokoro_ab                                   # ~15 min on 2 busy cores
     python -m bench kokoro_ab --repeats 1 --ns 1,2 --no-settings  # smoke run
 
-1. Graphs (``voicews.engines.kokoro.graphs``): ``int8`` as shipped, ``float`` (the int8
+1. Graphs (``voicews.engines.kokoro.graphs``), and ``piper`` (the default voice) on the same
+   measures if named in ``--variants``: ``int8`` as shipped, ``float`` (the int8
    weights dequantized, float kernels), ``static`` (the float graph's convolutions quantized
    again with int8 weights per channel and calibrated activation ranges). Each variant in its
    own process (its RSS is its own), the variants interleaved ``--repeats`` times: first audio
@@ -61,6 +62,9 @@ FIRST = tuple(" ".join(s.split()[:2]) for s in EVAL)
 """Two-word first segments, as the segmenter cuts a reply's first words."""
 ROOT = Path(__file__).resolve().parents[2]
 VARIANTS = ("int8", "float", "static")
+PIPER = "piper"
+"""A variant name too: the default Piper voice, on the same measures (the default voice's
+comparison)."""
 SETTINGS = {
     "2 threads, no spin": {},
     "1 thread": {"threads": 1},
@@ -75,12 +79,14 @@ after it was made, so their RSS is not the engine's alone)."""
 
 
 def child(graph: Path, settings: dict[str, Any], out: Path, save_audio: bool) -> None:
-    """Load the engine on ``graph``, measure, write JSON (and the held-out audio) to ``out``."""
+    """Load the engine on ``graph`` (or Piper's, for :data:`PIPER`), measure, write JSON (and
+    the held-out audio) to ``out``."""
+    from voicews.engines import engine_factory
     from voicews.engines.base import SynthesisOptions
     from voicews.engines.kokoro import KokoroEngine
 
     started = time.perf_counter()
-    engine = KokoroEngine(graph=graph)
+    engine = engine_factory(PIPER)() if str(graph) == PIPER else KokoroEngine(graph=graph)
     if settings:
         engine._session = _session(engine, graph, **settings)  # the settings under test
     load_s = time.perf_counter() - started
@@ -105,7 +111,7 @@ def child(graph: Path, settings: dict[str, Any], out: Path, save_audio: bool) ->
     status = Path("/proc/self/status").read_text()
     rss = int(re.search(r"VmRSS:\s+(\d+)", status).group(1))  # type: ignore[union-attr]
     result = {"load_s": load_s, "first_s": statistics.median(first), "rows": rows,
-              "rss_mb": rss / 1024}  # fmt: skip
+              "rss_mb": rss / 1024, "sample_rate": engine.sample_rate}  # fmt: skip
     out.write_text(json.dumps(result))
 
 
@@ -164,15 +170,15 @@ class Judges:
         model = Path(speechmos.__file__).parent / "dnsmos_models" / "sig_bak_ovr.onnx"
         self.dnsmos = onnxruntime.InferenceSession(str(model), providers=["CPUExecutionProvider"])
 
-    def wer(self, audio: np.ndarray, text: str) -> tuple[int, int, str]:
-        segments, _ = self.whisper.transcribe(to_16k(audio), beam_size=1, language="en")
+    def wer(self, audio: np.ndarray, rate: int, text: str) -> tuple[int, int, str]:
+        segments, _ = self.whisper.transcribe(to_16k(audio, rate), beam_size=1, language="en")
         heard = " ".join(s.text for s in segments)
         return edits(words(text), words(heard)), len(words(text)), heard
 
-    def mos(self, audio: np.ndarray) -> tuple[float, float, float]:
+    def mos(self, audio: np.ndarray, rate: int) -> tuple[float, float, float]:
         """DNSMOS SIG, BAK, OVRL of one clip, as ``speechmos.dnsmos`` computes them: the
         clip repeated to 9.01 s, then its polynomial fit (not personalized)."""
-        x = to_16k(audio)
+        x = to_16k(audio, rate)
         length = int(9.01 * 16_000)
         while len(x) < length:
             x = np.concatenate([x, x])
@@ -186,10 +192,10 @@ class Judges:
         )
 
 
-def to_16k(audio: np.ndarray) -> np.ndarray:
+def to_16k(audio: np.ndarray, rate: int) -> np.ndarray:
     from voicews.encoding import Resampler
 
-    return Resampler(24_000, 16_000).push(audio.astype(np.float32), last=True)
+    return Resampler(rate, 16_000).push(audio.astype(np.float32), last=True)
 
 
 # --- the parts ---------------------------------------------------------------------------------
@@ -223,7 +229,7 @@ def measure(labels: dict[str, tuple[Path, dict[str, Any]]], repeats: int, workdi
             "rss_mb": statistics.median(r["rss_mb"] for r in got),
             "load_s": statistics.median(r["load_s"] for r in got),
             "fixed_ms": fixed, "ms_per_char": per_char,
-            "stem": re.sub(r"[^a-z0-9]+", "_", label),
+            "stem": re.sub(r"[^a-z0-9]+", "_", label), "sample_rate": got[0]["sample_rate"],
         }  # fmt: skip
     return summary
 
@@ -235,9 +241,9 @@ def judge(summary: dict[str, dict[str, Any]], workdir: Path) -> None:
         mos = []
         for i, text in enumerate(EVAL):
             audio = np.load(workdir / f"{got['stem']}-0-{i}.npy")
-            e, n, heard = judges.wer(audio, text)
+            e, n, heard = judges.wer(audio, got["sample_rate"], text)
             errors, total = errors + e, total + n
-            mos.append(judges.mos(audio))
+            mos.append(judges.mos(audio, got["sample_rate"]))
             if e:
                 print(f"  {label}: heard {heard.strip()!r}", file=sys.stderr)
         got["wer"] = errors / total
@@ -303,7 +309,7 @@ def service_table(levels: dict[str, list[BurstSummary]]) -> str:
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("--repeats", type=int, default=3, help="graphs and settings, interleaved")
-    parser.add_argument("--variants", default=",".join(VARIANTS))
+    parser.add_argument("--variants", default=",".join(VARIANTS), help=f"and {PIPER!r}")
     parser.add_argument(
         "--graph",
         action="append",
@@ -329,7 +335,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     from voicews.engines.kokoro.graphs import float_graph, static_graph
 
     makers = {"int8": model_path, "float": lambda: float_graph(model_path()),
-              "static": lambda: static_graph(model_path())}  # fmt: skip
+              "static": lambda: static_graph(model_path()), PIPER: lambda: Path(PIPER)}  # fmt: skip
     results: dict[str, Any] = {"version": source_version()}
     print(f"voicews {results['version']}; {os.cpu_count()} cores, shared: compare within a run")
     with tempfile.TemporaryDirectory() as tmp:
