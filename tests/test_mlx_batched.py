@@ -20,9 +20,9 @@ import pytest
 mx = pytest.importorskip("mlx.core", exc_type=ImportError)
 pytest.importorskip("onnx")
 
-from conftest import TEST_CONFIG, running, timeout  # noqa: E402
 from test_worker import Recorder  # noqa: E402
 
+from conftest import TEST_CONFIG, running, timeout  # noqa: E402
 from voicews.client import RealtimeClient, SpokenTurn  # noqa: E402
 from voicews.compute.execution import ComputeWorker  # noqa: E402
 from voicews.compute.jobs import JobAudio  # noqa: E402
