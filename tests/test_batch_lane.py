@@ -26,7 +26,7 @@ class Windowed:
     number, so each session's audio says whose window it was. "hold" waits at a gate before
     its window (the host part); "boom" fails the decoder step it is in."""
 
-    name = "windowed"
+    name, device = "windowed", "none"
     sample_rate = 1000
     concurrent = False
 

@@ -62,6 +62,7 @@ def test_sessions_decoded_together_get_the_audio_each_gets_alone(weights_cache: 
     worker, rec = ComputeWorker(build), Recorder()
     worker.start()
     try:
+        assert worker.warmed.wait(timeout(300))  # every bucket at batch sizes 1, 2 and 4
         now = time.monotonic()
         for offset, (name, text) in enumerate(TEXTS.items()):
             worker.submit(rec.speak(name, text, deadline=now + offset / 1000))

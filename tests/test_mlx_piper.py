@@ -189,11 +189,14 @@ def test_compiled_kernels_are_kept_in_the_cache_dir(
 
 
 def test_warming_runs_every_shape_and_says_how_long(weights_cache: Path) -> None:
-    config = MlxConfig(decode="whole", compile="on", chunk_frames=16)
+    """Every bucket at every batch size the worker pads to (1, 2), and the seeded noise kept."""
+    config = MlxConfig(decode="whole", compile="on", chunk_frames=16, max_batch=2)
     engine = MlxPiperEngine(cache_dir=weights_cache, seed=0, config=config)
     assert engine.windows.buckets == (8, 16, 20)
+    draws = engine._rng.bit_generator.state
     seconds = engine.warm()
     assert 0.0 < seconds < timeout(120)
+    assert engine._rng.bit_generator.state == draws
 
 
 # --- parity with onnxruntime --------------------------------------------------------------
@@ -448,6 +451,7 @@ class _Counting:
     def __init__(self, inner: Engine) -> None:
         self.inner = inner
         self.name, self.sample_rate, self.concurrent = inner.name, inner.sample_rate, False
+        self.device = inner.device
         self.built_on = threading.get_ident()
         self.ran_on: set[int] = set()
         self.chunks: list[list[int]] = []  # samples per chunk, per segment

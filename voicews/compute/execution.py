@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable
 
 from ..core.cost import DEFAULT_PRIOR, PRIORS, Cost, CostModel
-from ..engines.base import Engine, Window, WindowedEngine
+from ..engines.base import Engine, WarmingEngine, Window, WindowedEngine
 from .jobs import Job, JobAudio, JobDone, JobEvent, JobFailed, close, event_of
 from .planning import Load, Planner
 from .stats import WorkerStats
@@ -44,10 +44,15 @@ class ComputeWorker:
         self._cond = threading.Condition()
         self._stopping = False
         self._ready = threading.Event()
+        self.warmed = threading.Event()
+        """Set once the engine is built and warmed (``WarmingEngine``): until then jobs wait,
+        and ``/readyz`` says ``warming``."""
+        self.warm_seconds = 0.0
         self._load_error: BaseException | None = None
         self._threads = [threading.Thread(target=self._run, name="voicews-compute", daemon=True)]
         self.engine_name = ""
         self.sample_rate = 0
+        self.device = ""
         self._clock = clock
         self.stats = WorkerStats(clock=clock)
 
@@ -113,6 +118,7 @@ class ComputeWorker:
         try:
             engine = self._factory()
             self.engine_name, self.sample_rate = engine.name, engine.sample_rate
+            self.device = engine.device
             lanes = self._lanes if engine.concurrent else 1
             with self._cond:
                 self._plan.lanes = lanes
@@ -129,12 +135,24 @@ class ComputeWorker:
             self._threads.append(thread)
             thread.start()
         self._ready.set()
+        self._warm(engine)
         if isinstance(engine, WindowedEngine) and engine.batched:
             from .batch_lane import BatchLane
 
             BatchLane(self, engine).serve()
         else:
             self._serve(engine)
+
+    def _warm(self, engine: Engine) -> None:
+        """Warm the engine on its thread before serving: no caller pays its cold start. A
+        failure is logged and serving goes on, cold."""
+        try:
+            if isinstance(engine, WarmingEngine):
+                self.warm_seconds = engine.warm()
+        except Exception:
+            log.exception("warming the engine failed")
+        finally:
+            self.warmed.set()
 
     def _take(self) -> tuple[Job | None, list[Job]]:
         """With the lock held: the job due first that may start now, or None and the

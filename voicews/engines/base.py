@@ -42,6 +42,9 @@ class Engine(Protocol):
 
     name: str
     sample_rate: int
+    device: str
+    """Where it computes, for the server's log: ``cpu (onnxruntime 1.20.1:
+    CPUExecutionProvider)``, ``gpu (cuda: NVIDIA H200)``, ``cpu`` (MLX's CPU backend)."""
     concurrent: bool
     """``synthesize`` may run on several threads at once (the worker's lanes)."""
 
@@ -95,4 +98,14 @@ class WindowedEngine(Engine, Protocol):
 
     def decode_windows(self, windows: Sequence[Window]) -> list[Audio]:
         """Each window's audio, in order, decoded together."""
+        ...
+
+
+@runtime_checkable
+class WarmingEngine(Engine, Protocol):
+    """An engine whose first inferences compile kernels (MLX on a GPU: 10-14 s): the worker
+    warms it before serving, while ``/readyz`` says ``warming``."""
+
+    def warm(self) -> float:
+        """Run the shapes synthesis will use once; the seconds it took."""
         ...

@@ -284,17 +284,24 @@ class MlxPiperEngine:
         axis per window bucket, one evaluation per bucket. Equal to decoding each alone."""
         return self.windows.decode(windows)
 
-    def warm(self, batches: tuple[int, ...] = (1,)) -> float:
-        """Compiles and runs the shapes synthesis will use (one sentence through the encoder,
-        each window bucket at each batch size); returns the seconds it took. Before this, a
-        fresh process's first window pays the kernel compilation (10-14 s on MLX CUDA)."""
+    def warm(self) -> float:
+        """Compiles and runs the shapes synthesis will use (one sentence through the encoder;
+        with ``whole`` decoding each window bucket at each batch size the worker's batches are
+        padded to); returns the seconds it took. Before this, a fresh process's first window
+        pays the kernel compilation (10-14 s on MLX CUDA). The seeded noise is left as it was."""
         import time
 
         start = time.perf_counter()
-        for _ in self.synthesize("Warming up.", SynthesisOptions()):
-            pass
-        if self.decode == "whole":
-            self.windows.warm(batches)
+        rng, self._rng = self._rng, np.random.default_rng(0)
+        try:
+            for _ in self.synthesize("Warming up.", SynthesisOptions()):
+                pass
+            if self.decode == "whole":
+                windows = self.windows
+                top = windows.batch_size(self.max_batch) if windows.bucketed else 1
+                windows.warm(tuple(1 << k for k in range(top.bit_length())))
+        finally:
+            self._rng = rng
         return time.perf_counter() - start
 
 
