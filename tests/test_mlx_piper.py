@@ -160,11 +160,15 @@ def test_server_settings_come_from_the_environment() -> None:
     assert MlxConfig.from_env({}) == MlxConfig()
     half = {"VOICEWS_MLX_DTYPE": "float16", "VOICEWS_MLX_COMPILE": "on"}
     assert MlxConfig.from_env(half) == MlxConfig(dtype="float16", compile="on")
+    batching = {"VOICEWS_MLX_MAX_BATCH": "256", "VOICEWS_MLX_BATCH_WAIT_MS": "0"}
+    assert MlxConfig.from_env(batching) == MlxConfig(max_batch=256, batch_wait_ms=0)
     bad_settings = (
         {"VOICEWS_MLX_DECODE": "fast"},
         {"VOICEWS_MLX_INITIAL_CHUNK_FRAMES": "0"},
         {"VOICEWS_MLX_DTYPE": "bfloat16"},
         {"VOICEWS_MLX_COMPILE": "yes"},
+        {"VOICEWS_MLX_MAX_BATCH": "0"},
+        {"VOICEWS_MLX_BATCH_WAIT_MS": "-1"},
     )
     for bad in bad_settings:
         with pytest.raises(ValueError, match="VOICEWS_MLX_"):

@@ -43,7 +43,7 @@ class Engine(Protocol):
     name: str
     sample_rate: int
     device: str
-    """Where it computes, for the server's log: ``cpu (onnxruntime 1.20.1:
+    """Where it computes, for the server's log: ``cpu (onnxruntime 1.32.0:
     CPUExecutionProvider)``, ``gpu (cuda: NVIDIA H200)``, ``cpu`` (MLX's CPU backend)."""
     concurrent: bool
     """``synthesize`` may run on several threads at once (the worker's lanes)."""

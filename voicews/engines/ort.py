@@ -94,7 +94,7 @@ def lane_session(model: Path) -> InferenceSession:
 
 
 def describe_session(session: InferenceSession) -> str:
-    """The device a session runs on, for the server's log: ``cpu (onnxruntime 1.20.1:
+    """The device a session runs on, for the server's log: ``cpu (onnxruntime 1.32.0:
     CPUExecutionProvider)``."""
     import onnxruntime
 

@@ -166,10 +166,15 @@ class Upsample:
         return self.valid(pad_time(x, self.pad_left, self.pad_right))
 
 
-def conv_from(w: VoiceWeights, module: str, matmul: bool, *, same: bool = False) -> Conv:
-    """The conv ``module`` as the graph called it (or 'same' padding where the graph padded)."""
+def conv_from(
+    w: VoiceWeights, module: str, matmul: bool, *, same: bool = False, scale: float = 1.0
+) -> Conv:
+    """The conv ``module`` as the graph called it (or 'same' padding where the graph padded),
+    its output times ``scale`` (folded into the weights)."""
     weight = w[f"{module}.weight"]
     bias = w.get(f"{module}.bias")
+    if scale != 1.0:
+        weight, bias = weight * scale, None if bias is None else bias * scale
     attrs = w.conv(module)
     kernel = int(weight.shape[1])
     left, right = ((kernel - 1) // 2, kernel // 2) if same else (attrs.pad_left, attrs.pad_right)
