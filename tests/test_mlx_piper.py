@@ -193,10 +193,12 @@ def test_compiled_kernels_are_kept_in_the_cache_dir(
 
 
 def test_warming_runs_every_shape_and_says_how_long(weights_cache: Path) -> None:
-    """Every bucket at every batch size the worker pads to (1, 2), and the seeded noise kept."""
+    """Every bucket at every batch size the worker pads to (1, 2), and the seeded noise kept.
+    Bucketed windows start whole: a chunk, and a sentence's last window with its remainder."""
     config = MlxConfig(decode="whole", compile="on", chunk_frames=16, max_batch=2)
     engine = MlxPiperEngine(cache_dir=weights_cache, seed=0, config=config)
-    assert engine.windows.buckets == (8, 16, 20)
+    assert engine.windows.buckets == (16, 20)
+    assert engine._plan(50, SynthesisOptions()) == [(0, 16), (16, 32), (32, 50)]
     draws = engine._rng.bit_generator.state
     seconds = engine.warm()
     assert 0.0 < seconds < timeout(120)

@@ -50,7 +50,12 @@ class MlxConfig:
     """The first window's frames; windows double from it. Measured: the first window, with the
     lookahead the layers after it need, then costs a fraction of the encoder's time, so compute
     before first audio is about a tenth of the whole segment's; 4 gains nothing measurable, 16
-    costs more."""
+    costs more. That is the CPU's streaming decoder: bucketed whole windows (a GPU's) start at
+    ``chunk_frames``, since there a window costs its dispatch, not its frames (about 200
+    operations whatever its length): "Hello there." is then one window, 3,065 operations per
+    second of audio against 3,948 with the ramp (python -m bench mlx_ops), and every window
+    but a sentence's last is in one bucket, so sessions' windows batch together and the
+    warm-up compiles two buckets, not five."""
     decode: str = "auto"
     """``auto`` (``whole`` where MLX's default device is a GPU, else ``stream``), ``stream``
     (exact, state carried across windows: each position computed once), ``whole`` (the flow
@@ -181,7 +186,9 @@ class MlxPiperEngine:
             on = config.compile == "on" or (config.compile == "auto" and self.device != "cpu")
             self._windows = WindowDecoder(
                 self.model,
-                buckets_for(config.chunk_frames, config.initial_chunk_frames),
+                buckets_for(
+                    config.chunk_frames, config.chunk_frames if on else config.initial_chunk_frames
+                ),
                 max_batch=config.max_batch,
                 bucketed=on,
                 compiled=on,
@@ -238,7 +245,10 @@ class MlxPiperEngine:
         from .decode import window_plan
 
         chunk = options.chunk_frames or self.config.chunk_frames
-        return window_plan(frames, chunk, min(self.config.initial_chunk_frames, chunk))
+        first = min(self.config.initial_chunk_frames, chunk)
+        if self.decode == "whole" and self.windows.bucketed:
+            first = chunk  # see initial_chunk_frames
+        return window_plan(frames, chunk, first)
 
     def _whole(self, z_p: Any, plan: list[tuple[int, int]]) -> Iterator[Any]:
         z = self._decoder_input(z_p)
