@@ -53,7 +53,8 @@ class MlxConfig:
     costs more. That is the CPU's streaming decoder: bucketed whole windows (a GPU's) start at
     ``chunk_frames``, since there a window costs its dispatch, not its frames (about 200
     operations whatever its length): "Hello there." is then one window, 3,065 operations per
-    second of audio against 3,948 with the ramp (python -m bench mlx_ops), and every window
+    second of audio against 3,948 with the ramp (python -m bench mlx_ops, before the encoder's
+    and the duration predictor's cuts), and every window
     but a sentence's last is in one bucket, so sessions' windows batch together and the
     warm-up compiles two buckets, not five."""
     decode: str = "auto"
