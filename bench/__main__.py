@@ -75,6 +75,10 @@ SCENARIOS: dict[str, tuple[str, str]] = {
         "bench.engines.mlx_ops",
         "MLX operations and evals per window and per audio second, shipped decoder against now",
     ),
+    "gpu_load": (
+        "bench.engines.gpu_load",
+        "a real server on an MLX engine: warm-up to ready, bursts of N conversations, batching",
+    ),
     "mlx_kokoro": (
         "bench.engines.mlx_kokoro",
         "the mlx-kokoro engine per component, beside the onnxruntime engine",

@@ -151,6 +151,7 @@ class FailsOnMarker:
     def __init__(self, inner: Engine) -> None:
         self.inner = inner
         self.sample_rate, self.concurrent = inner.sample_rate, inner.concurrent
+        self.device = inner.device
 
     def synthesize(self, text: str, options: SynthesisOptions) -> Iterator[Audio | WordStarts]:
         if "explode" in text:

@@ -135,7 +135,7 @@ async def test_barge_in_stops_generation_and_keeps_the_heard_part(tiny_model: Pa
 class _TwoLanes:
     """An engine that can run on two lanes; it is never asked to speak."""
 
-    name, sample_rate, concurrent = "two-lanes", 1000, True
+    name, sample_rate, concurrent, device = "two-lanes", 1000, True, "none"
 
     def synthesize(self, text: str, options: object) -> Iterator[np.ndarray]:
         raise AssertionError("not used")

@@ -58,6 +58,16 @@ def test_a_deadline_sooner_than_max_wait_is_not_waited_past() -> None:
     assert [r.item for r in g.take(5.0)] == ["b"]
 
 
+def test_while_more_windows_are_coming_a_late_window_waits_max_wait_for_them() -> None:
+    g = gatherer(max_wait=0.010)
+    g.offer("late", 32, deadline=1.0, item="late", now=5.0)  # its listener already ran dry
+    assert g.due_at() == pytest.approx(1.0)
+    assert g.due_at(pending=True) == pytest.approx(5.010)
+    assert g.take(5.005, pending=True) == []
+    g.offer("next", 32, deadline=9.0, item="next", now=5.006)
+    assert [r.item for r in g.take(5.010, pending=True)] == ["late", "next"]
+
+
 def test_one_window_per_stream_and_a_dropped_stream_leaves_nothing() -> None:
     g = gatherer()
     g.offer("a", 16, deadline=1.0, item="a0", now=0.0)

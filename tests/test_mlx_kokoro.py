@@ -408,6 +408,7 @@ class _Recording:
     def __init__(self, inner: MlxKokoroEngine) -> None:
         self.inner = inner
         self.name, self.sample_rate, self.concurrent = inner.name, inner.sample_rate, False
+        self.device = inner.device
         self.built_on = threading.get_ident()
         self.ran_on: set[int] = set()
         self.options: list[SynthesisOptions] = []

@@ -160,11 +160,15 @@ def test_server_settings_come_from_the_environment() -> None:
     assert MlxConfig.from_env({}) == MlxConfig()
     half = {"VOICEWS_MLX_DTYPE": "float16", "VOICEWS_MLX_COMPILE": "on"}
     assert MlxConfig.from_env(half) == MlxConfig(dtype="float16", compile="on")
+    batching = {"VOICEWS_MLX_MAX_BATCH": "256", "VOICEWS_MLX_BATCH_WAIT_MS": "0"}
+    assert MlxConfig.from_env(batching) == MlxConfig(max_batch=256, batch_wait_ms=0)
     bad_settings = (
         {"VOICEWS_MLX_DECODE": "fast"},
         {"VOICEWS_MLX_INITIAL_CHUNK_FRAMES": "0"},
         {"VOICEWS_MLX_DTYPE": "bfloat16"},
         {"VOICEWS_MLX_COMPILE": "yes"},
+        {"VOICEWS_MLX_MAX_BATCH": "0"},
+        {"VOICEWS_MLX_BATCH_WAIT_MS": "-1"},
     )
     for bad in bad_settings:
         with pytest.raises(ValueError, match="VOICEWS_MLX_"):
@@ -189,11 +193,16 @@ def test_compiled_kernels_are_kept_in_the_cache_dir(
 
 
 def test_warming_runs_every_shape_and_says_how_long(weights_cache: Path) -> None:
-    config = MlxConfig(decode="whole", compile="on", chunk_frames=16)
+    """Every bucket at every batch size the worker pads to (1, 2), and the seeded noise kept.
+    Bucketed windows start whole: a chunk, and a sentence's last window with its remainder."""
+    config = MlxConfig(decode="whole", compile="on", chunk_frames=16, max_batch=2)
     engine = MlxPiperEngine(cache_dir=weights_cache, seed=0, config=config)
-    assert engine.windows.buckets == (8, 16, 20)
+    assert engine.windows.buckets == (16, 20)
+    assert engine._plan(50, SynthesisOptions()) == [(0, 16), (16, 32), (32, 50)]
+    draws = engine._rng.bit_generator.state
     seconds = engine.warm()
     assert 0.0 < seconds < timeout(120)
+    assert engine._rng.bit_generator.state == draws
 
 
 # --- parity with onnxruntime --------------------------------------------------------------
@@ -448,6 +457,7 @@ class _Counting:
     def __init__(self, inner: Engine) -> None:
         self.inner = inner
         self.name, self.sample_rate, self.concurrent = inner.name, inner.sample_rate, False
+        self.device = inner.device
         self.built_on = threading.get_ident()
         self.ran_on: set[int] = set()
         self.chunks: list[list[int]] = []  # samples per chunk, per segment

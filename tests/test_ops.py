@@ -2,14 +2,21 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import re
+import threading
 import time
+from collections.abc import Iterator
 
 import pytest
 
 from conftest import http_get, running, timeout
+from voicews.audio import Audio
 from voicews.client import RealtimeClient
+from voicews.compute.execution import ComputeWorker
+from voicews.engines.base import Engine, SynthesisOptions, WordStarts
+from voicews.engines.piper import PiperEngine
 from voicews.server import VoicewsServer
 
 
@@ -105,3 +112,53 @@ async def test_the_web_root_serves_only_the_clients_files(
     server: VoicewsServer, path: str, status: int
 ) -> None:
     assert (await http_get(server.port, path))[0] == status
+
+
+class _SlowToWarm:
+    """The real Piper engine with a warm-up that lasts until the test lets it end (MLX on a
+    GPU compiles its kernels there: 10-14 s)."""
+
+    def __init__(self, inner: Engine, go: threading.Event) -> None:
+        self.inner, self.go = inner, go
+        self.name, self.sample_rate = inner.name, inner.sample_rate
+        self.device, self.concurrent = inner.device, inner.concurrent
+
+    def warm(self) -> float:
+        assert self.go.wait(timeout(30))
+        return 1.25
+
+    def synthesize(self, text: str, options: SynthesisOptions) -> Iterator[Audio | WordStarts]:
+        return self.inner.synthesize(text, options)
+
+
+async def test_readiness_says_warming_until_the_engine_is_warm_and_the_log_says_how_long(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A session admitted while the engine warms gets its audio once it is warm."""
+    caplog.set_level(logging.INFO, logger="voicews")
+    go = threading.Event()
+    worker = ComputeWorker(lambda: _SlowToWarm(PiperEngine(), go))
+    async with running(worker=worker) as srv:
+        assert (await http_get(srv.port, "/readyz"))[::2] == (503, b"warming\n")
+        assert (await http_get(srv.port, "/healthz"))[0] == 200
+        async with await RealtimeClient.connect(srv.url) as c:
+            speaking = asyncio.create_task(c.speak("Hello there.", timeout=timeout(20)))
+            await asyncio.sleep(0.2)
+            assert not speaking.done()  # its synthesis waits for the warm engine
+            go.set()
+            turn = await speaking
+        assert turn.done is not None and turn.samples > 0
+        assert (await http_get(srv.port, "/readyz"))[::2] == (200, b"ready\n")
+    lines = caplog.text.splitlines()
+    assert any("event=warmed engine=piper seconds=1.25" in line for line in lines)
+
+
+async def test_the_log_says_which_device_the_engine_computes_on(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.INFO, logger="voicews")
+    async with running() as srv:
+        assert srv.worker.device.startswith("cpu (onnxruntime ")
+        assert "CPUExecutionProvider" in srv.worker.device
+    (line,) = [x for x in caplog.text.splitlines() if "event=listening" in x]
+    assert f'device="{srv.worker.device}"' in line

@@ -70,7 +70,7 @@ class Costed:
     """A fake engine: one chunk of ``CHUNK`` samples per word, each word one step, and the
     words' starts at the end. "explode" raises; a word with a gate calls it first."""
 
-    name = "costed"
+    name, device = "costed", "none"
     sample_rate = 1000
 
     def __init__(self, concurrent: bool = False, clock: FakeClock | None = None) -> None:

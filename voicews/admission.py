@@ -98,10 +98,13 @@ class Admission:
         return True
 
     def readiness(self) -> str:
-        """``overloaded``: the worker is past what it can keep smooth; a load balancer should
-        send new conversations elsewhere (this one still admits them)."""
+        """``warming``: the engine is compiling its kernels; ``overloaded``: the worker is past
+        what it can keep smooth. Either way a load balancer should send new conversations
+        elsewhere (this one still admits them; while warming their audio waits)."""
         if self.draining:
             return "draining"
+        if not self.worker.warmed.is_set():
+            return "warming"
         if len(self.sessions) >= self.max_sessions:
             return "full"
         if self.worker.overloaded:

@@ -84,6 +84,18 @@ class Metrics:
             "dry, though asked for in time",
             registry=r,
         ).set_function(worker.stats.late_ratio)
+        stats = worker.stats
+        for name, help_text, read in (
+            ("batches", "Batched decoder steps so far (MLX engines)", lambda: stats.batches),
+            ("batched_windows", "Windows those steps decoded", lambda: stats.batched_windows),
+            ("largest_batch", "Most windows one step decoded", lambda: stats.largest_batch),
+        ):
+            Gauge(f"voicews_worker_{name}", help_text, registry=r).set_function(read)
+        Gauge(
+            "voicews_worker_warming",
+            "1 while the engine warms up before serving (also /readyz 503)",
+            registry=r,
+        ).set_function(lambda: float(not worker.warmed.is_set()))
         Gauge(
             "voicews_overloaded",
             "1 while the compute worker is past what it can keep smooth (also /readyz 503)",

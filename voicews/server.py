@@ -123,6 +123,7 @@ class VoicewsServer:
         self.wyoming: WyomingServer | None = None
         self._uvicorn: _Embedded | None = None
         self._task: asyncio.Task[None] | None = None
+        self._warming: asyncio.Task[None] | None = None
         self._socket: socket.socket | None = None
 
     async def start(self) -> None:
@@ -201,6 +202,15 @@ class VoicewsServer:
             engine=self.worker.engine_name,
             voice=voices[0],
             sample_rate=self.worker.sample_rate,
+            device=self.worker.device,
+        )
+        self._warming = asyncio.create_task(self._log_warmed())
+
+    async def _log_warmed(self) -> None:
+        """Log once the engine is warm (``/readyz`` said ``warming`` until then)."""
+        await asyncio.to_thread(self.worker.warmed.wait)
+        logs.event(
+            "warmed", engine=self.worker.engine_name, seconds=f"{self.worker.warm_seconds:.2f}"
         )
 
     @property
@@ -244,6 +254,8 @@ class VoicewsServer:
             logs.event("draining", sessions=len(self.app.sessions))
             finished = await self.app.drain(self.config.drain_timeout)
             logs.event("drained", all_finished=finished)
+        if self._warming is not None:
+            self._warming.cancel()
         if self.wyoming is not None:
             await self.wyoming.close()
         if self._uvicorn is not None and self._task is not None:

@@ -1,36 +1,68 @@
 #!/usr/bin/env bash
-# Issue 33's GPU check of the MLX Piper decoders, in about 5 minutes of device time.
+# Issue 33's GPU check of the MLX Piper engine, in about 5 minutes of device time.
 #
-# Here, from the project root, once (MLX's CUDA wheels and the converted voice, ~150 MB, cut
-# into .gpu/part1..N, four calls; see ../shared/gpu/README.md):
+# Here, from the project root, once (MLX's CUDA wheels, the server's own wheels for Python
+# 3.12, the converted voice and the bundled voice's .onnx; cut into .gpu/part1..N, ~50 MiB
+# each; see ../shared/gpu/README.md):
 #   bench/engines/gpu_check.sh pack
 # Then the calls it prints, back to back, the last one with this command:
 #   bash .gpu/partN/trip.sh bash bench/engines/gpu_check.sh run        (timeout_s 330)
-# There it prints, and leaves in $OUT: a fresh process's first window and warm-up (MLX's
-# kernel cache empty), first audio and real-time factor alone (shipped against now), per-stream
-# real-time factor batched at 1/4/16/64/256 (float32, float16), then a second fresh process's
-# first window and warm-up with the kernel cache the first one left on disk.
+# There it prints, and leaves in $OUT:
+#  1. first/: a fresh process's first window and warm-up (MLX's kernel cache empty), first
+#     audio and real-time factor alone (shipped streaming decoder against whole windows),
+#     per-stream real-time factor batched at 1/4/16/64/256 (float32, float16, its SNR);
+#  2. second/: a second fresh process's first window and warm-up, with the kernel cache the
+#     first one left on disk;
+#  3. load/: a real `voicews serve --engine mlx-piper`: launch to /readyz ready (warming
+#     meanwhile), the warm-up it logged and the device, then bursts of 1, 16, 64 and 256
+#     conversations at 20 tokens/s (first audio p50/p95, longest stall, batched steps).
+# Without a GPU, to see that it is not broken (MLX's CPU backend, tiny sizes, ~3 minutes):
+#   bench/engines/gpu_check.sh smoke
 set -euo pipefail
+
+# The server's imports beyond what the device's python3 has (numpy, onnx, onnxruntime,
+# msgpack): pinned as tested here, installed there with --no-deps.
+SERVER_WHEELS=(
+  pydantic==2.14.4 pydantic-core==2.50.5 annotated-types==0.8.0 typing-inspection==0.4.5
+  websockets==17.4 uvicorn==0.55.0 h11==0.16.0 click==8.5.1 prometheus-client==0.26.0
+  piper-tts==1.8.0 soxr==1.0.0 av==18.1.0 num2words==0.5.14 docopt==0.6.2
+)
 
 case "${1:-}" in
   pack)
-    voice="${VOICEWS_CACHE_DIR:-$HOME/.cache/voicews}/mlx-piper"  # converted by any MLX run
-    [ -d "$voice" ] || { echo "no converted voice in $voice: run the mlx-piper engine once" >&2; exit 1; }
-    "${GPU_KIT:-../shared/gpu}/pack.sh" --file "$voice"   # GPU_KIT: the kit's folder
+    cache="${VOICEWS_CACHE_DIR:-$HOME/.cache/voicews}"
+    [ -d "$cache/mlx-piper" ] || { echo "no converted voice in $cache/mlx-piper: run the mlx-piper engine once" >&2; exit 1; }
+    onnx="$(python3 -c 'from voicews.engines.piper import bundled_voice as v; print(v())')"
+    wheels=()
+    for w in "${SERVER_WHEELS[@]}"; do wheels+=(--wheel "$w"); done
+    "${GPU_KIT:-../shared/gpu}/pack.sh" "${wheels[@]}" --file "$cache/mlx-piper" \
+      --file "$onnx" --file "$onnx.json"
     ;;
   run)
     out="${OUT:-/tmp/gpu-check}"
-    weights="${KIT_DATA:?run through trip.sh}/mlx-piper"
+    data="${KIT_DATA:?run through trip.sh}"
     export MLX_PTX_CACHE_DIR="$(mktemp -d)"   # empty: the first process pays the compilation
     nvidia-smi --query-gpu=name,memory.used,utilization.gpu --format=csv || true
-    timeout 240 python3 bench/engines/mlx_ops_gpu.py --weights "$weights" --out "$out/first" \
+    timeout 140 python3 bench/engines/mlx_ops_gpu.py --weights "$data/mlx-piper" --out "$out/first" \
       || echo "first process: exit $? (what it measured is in $out/first)"
-    timeout 60 python3 bench/engines/mlx_ops_gpu.py --weights "$weights" --out "$out/second" --startup \
+    timeout 30 python3 bench/engines/mlx_ops_gpu.py --weights "$data/mlx-piper" --out "$out/second" --startup \
       || echo "second process: exit $?"
     du -sh "$MLX_PTX_CACHE_DIR" || true   # the kernel cache's size on disk
+    export VOICEWS_CACHE_DIR="$data" VOICEWS_MLX_MAX_BATCH="${VOICEWS_MLX_MAX_BATCH:-64}"
+    timeout 120 python3 -m bench gpu_load --n 1 16 64 256 --ready-limit 60 --out "$out/load" \
+      --server-args --voice "$data/$(ls "$data" | grep '\.onnx$' | head -1)" \
+      --max-waiting-per-address 1024 \
+      || echo "load run: exit $? (what it measured is in $out/load)"
+    ;;
+  smoke)
+    out="${OUT:-$(mktemp -d)}"
+    python3 bench/engines/mlx_ops_gpu.py --cpu-smoke --out "$out/first"
+    python3 bench/engines/mlx_ops_gpu.py --cpu-smoke --out "$out/second" --startup
+    python3 -m bench gpu_load --cpu-smoke --out "$out/load"
+    echo "smoke: all three stages ran; results in $out"
     ;;
   *)
-    sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'
+    sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'
     exit 2
     ;;
 esac

@@ -15,9 +15,13 @@ For each sentence and window size, through the engine's own ``synthesize``:
 Counts are of the graph handed to each ``mx.eval`` (walked with ``mx.export_to_dot``) before
 fusion unless said, with the GPU's convolutions (MLX's ``conv1d``; ``--conv matmul`` counts
 the CPU's matmul per tap). On MLX's CPU backend ``mx.fast.layer_norm`` expands into its
-parts (one node on a GPU), which inflates the encoder's count here. With ``--time N`` it also
-times ``synthesize`` on this machine's MLX device, shipped against now, alternating, N times
-each: medians of wall-clock and process CPU seconds per second of audio, and first audio.
+parts (one node on a GPU), which inflates the encoder's and the duration predictor's
+counts here: ``ops_per_audio_s_gpu_graph`` counts each of those layer norms as the one node a
+GPU's graph has (measured: an expanded one is 18 operations on MLX's CPU backend).
+
+With ``--time N`` it also times ``synthesize`` on this machine's MLX device, shipped against
+now, alternating, N times each: medians of wall-clock and process CPU seconds per second of
+audio, and first audio.
 
     python -m bench mlx_ops                      # counts only (~2 min on MLX's CPU backend)
     python -m bench mlx_ops --time 3 --json ops.json
@@ -44,7 +48,9 @@ import numpy as np
 from bench.common import json_safe, source_version
 from bench.engines.measures import graph_ops
 from voicews.engines.base import SynthesisOptions, WordStarts
+from voicews.engines.mlx_piper import durations, encoder
 from voicews.engines.mlx_piper.engine import MlxConfig, MlxPiperEngine
+from voicews.engines.mlx_piper.layers import layer_norm
 from voicews.engines.mlx_piper.model import PiperVits
 
 SENTENCES = {
@@ -62,6 +68,15 @@ class Evals:
 
     ops: list[int] = field(default_factory=list)
     kinds: Counter[str] = field(default_factory=Counter)
+    layer_norms: int = 0
+    """Layer norms built meanwhile (each one node on a GPU, expanded on MLX's CPU backend)."""
+
+
+def layer_norm_ops() -> int:
+    """Operations one ``mx.fast.layer_norm`` is in this device's graph (1 on a GPU)."""
+    x, w = mx.ones((4, 8)), mx.ones((8,))
+    mx.eval(x, w)
+    return sum(graph_ops(mx.fast.layer_norm(x, w, w, 1e-5)).values())
 
 
 @contextmanager
@@ -78,11 +93,17 @@ def counting() -> Iterator[Evals]:
         evals.kinds.update(kinds)
         real(*arrays)
 
+    def norm_counted(x: mx.array, params: tuple[mx.array, mx.array]) -> mx.array:
+        evals.layer_norms += 1
+        return layer_norm(x, params)
+
     mx.eval = eval_counted
+    encoder.layer_norm = durations.layer_norm = norm_counted
     try:
         yield evals
     finally:
         mx.eval = real
+        encoder.layer_norm = durations.layer_norm = layer_norm
 
 
 def chunks(engine: MlxPiperEngine, text: str, options: SynthesisOptions) -> list[np.ndarray]:
@@ -121,6 +142,9 @@ def count_row(
         "evals_per_audio_s": round(len(evals.ops) / seconds, 1),
         "ops_total": sum(evals.ops),
         "ops_per_audio_s": round(sum(evals.ops) / seconds),
+        "ops_per_audio_s_gpu_graph": round(
+            (sum(evals.ops) - evals.layer_norms * (layer_norm_ops() - 1)) / seconds
+        ),
         "ops_before_windows": sum(evals.ops[: -len(audio)]),
         "ops_per_window": window_ops,
         "ops_per_full_window": statistics.median(full) if full else None,
@@ -130,7 +154,8 @@ def count_row(
 
 def counts(args: argparse.Namespace) -> list[dict[str, Any]]:
     rows = []
-    for label, text in SENTENCES.items():
+    for label in args.sentences:
+        text = SENTENCES[label]
         for chunk in args.chunks:
             whole = partial(MlxConfig, chunk_frames=chunk, decode="whole")
             full = partial(whole, initial_chunk_frames=chunk, compile="on")
@@ -153,7 +178,8 @@ def counts(args: argparse.Namespace) -> list[dict[str, Any]]:
                 rows.append(row)
                 print(
                     f"{label:5} chunk {chunk:3} {name:42} ops/window {row['ops_per_full_window']}"
-                    f"  ops/audio s {row['ops_per_audio_s']:6}  evals/audio s "
+                    f"  ops/audio s {row['ops_per_audio_s']:6} (GPU graph "
+                    f"{row['ops_per_audio_s_gpu_graph']:6})  evals/audio s "
                     f"{row['evals_per_audio_s']:5}  windows {row['windows']}",
                     flush=True,
                 )
@@ -216,6 +242,7 @@ def main() -> None:
         "--chunks", type=int, nargs="*", default=[16, 32, 64], help="none: no counts"
     )
     parser.add_argument("--conv", choices=["native", "matmul"], default="native")
+    parser.add_argument("--sentences", nargs="+", choices=SENTENCES, default=list(SENTENCES))
     parser.add_argument("--time", type=int, default=0, help="timed runs of each decoder")
     parser.add_argument("--json", help="write the rows here")
     args = parser.parse_args()

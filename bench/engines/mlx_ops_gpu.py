@@ -157,15 +157,28 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--batches", type=int, nargs="+", default=[1, 4, 16, 64, 256])
     parser.add_argument("--startup", action="store_true", help="only the cold start and warm-up")
+    parser.add_argument("--sentences", nargs="+", default=list(SENTENCES), choices=SENTENCES)
+    parser.add_argument(
+        "--cpu-smoke",
+        action="store_true",
+        help="MLX's CPU backend, the short sentence alone, batches of 1 and 2, one repeat, "
+        "the converted voice from $VOICEWS_CACHE_DIR: that the script runs, not figures",
+    )
     args = parser.parse_args()
     if args.prepare:
         prepare(args.prepare)
         return
+    if args.cpu_smoke:
+        from voicews.cache import cache_dir
+
+        mx.set_default_device(mx.cpu)
+        args.batches, args.repeats, args.sentences = [1, 2], 1, ["short"]
+        args.weights = args.weights or cache_dir() / "mlx-piper"
     if args.weights is None:
         parser.error("--weights is needed")
     path = args.weights
     if path.is_dir():
-        (path,) = sorted(path.rglob("*.safetensors"))
+        path = sorted(path.rglob("*.safetensors"))[-1]
     prepared = json.loads(args.ids.read_text())
     rate, ids = int(prepared["sample_rate"]), prepared["ids"]
     report = Report(args.out)
@@ -181,7 +194,8 @@ def main() -> None:
     if args.startup:
         return
 
-    for name, sentence in ids.items():
+    for name in args.sentences:
+        sentence = ids[name]
         rows = {}
         for label, initial, stream in (
             ("shipped_stream", 8, True),

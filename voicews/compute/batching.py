@@ -7,7 +7,10 @@ gatherer holds each stream's ready window and says when a batch is due and what 
 windows of the most urgent window's bucket (the length it is padded to, so one compiled graph
 serves the batch), in deadline order, at most ``max_batch``; due at once when full, else when
 the most urgent window has waited ``max_wait`` for others to join or its deadline is reached,
-whichever is first. Sans-I/O: the worker passes the time in and sleeps until :meth:`due_at`.
+whichever is first. While the worker still has streams to step (``pending``: their windows
+are moments away), a batch that is not full waits ``max_wait`` for them even past its lead's
+deadline: the windows of a burst go together. Sans-I/O: the worker passes the time in and
+sleeps until :meth:`due_at`.
 """
 
 from __future__ import annotations
@@ -57,7 +60,7 @@ class Gatherer(Generic[T]):
         """Forget ``stream``'s waiting window, if any (its turn was cut, its session ended)."""
         self._ready.pop(stream, None)
 
-    def _next(self) -> tuple[list[Ready[T]], float] | None:
+    def _next(self, pending: bool) -> tuple[list[Ready[T]], float] | None:
         """The batch the most urgent window leads, and when it is due."""
         if not self._ready:
             return None
@@ -68,16 +71,18 @@ class Gatherer(Generic[T]):
         )[: self.max_batch]
         if len(peers) == self.max_batch:
             return peers, float("-inf")
-        return peers, min(lead.arrived + self.max_wait, lead.deadline)
+        waited = lead.arrived + self.max_wait
+        return peers, waited if pending else min(waited, lead.deadline)
 
-    def due_at(self) -> float | None:
+    def due_at(self, pending: bool = False) -> float | None:
         """When :meth:`take` will next give a batch (``-inf``: now); ``None`` when empty."""
-        ahead = self._next()
+        ahead = self._next(pending)
         return None if ahead is None else ahead[1]
 
-    def take(self, now: float) -> list[Ready[T]]:
-        """The batch due at ``now``, removed from the waiting windows; empty if none is due."""
-        ahead = self._next()
+    def take(self, now: float, pending: bool = False) -> list[Ready[T]]:
+        """The batch due at ``now``, removed from the waiting windows; empty if none is due.
+        ``pending``: more streams' windows are about to be offered."""
+        ahead = self._next(pending)
         if ahead is None or now < ahead[1]:
             return []
         for ready in ahead[0]:

@@ -11,15 +11,11 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Generator
-from typing import assert_never
+from collections.abc import Callable
 
-import numpy as np
-
-from ..audio import Audio
 from ..core.cost import DEFAULT_PRIOR, PRIORS, Cost, CostModel
-from ..engines.base import Engine, WordStarts
-from .jobs import Job, JobAudio, JobDone, JobEvent, JobFailed, JobText, JobWords
+from ..engines.base import Engine, WarmingEngine, Window, WindowedEngine
+from .jobs import Job, JobAudio, JobDone, JobEvent, JobFailed, close, event_of
 from .planning import Load, Planner
 from .stats import WorkerStats
 
@@ -48,10 +44,15 @@ class ComputeWorker:
         self._cond = threading.Condition()
         self._stopping = False
         self._ready = threading.Event()
+        self.warmed = threading.Event()
+        """Set once the engine is built and warmed (``WarmingEngine``): until then jobs wait,
+        and ``/readyz`` says ``warming``."""
+        self.warm_seconds = 0.0
         self._load_error: BaseException | None = None
         self._threads = [threading.Thread(target=self._run, name="voicews-compute", daemon=True)]
         self.engine_name = ""
         self.sample_rate = 0
+        self.device = ""
         self._clock = clock
         self.stats = WorkerStats(clock=clock)
 
@@ -117,6 +118,7 @@ class ComputeWorker:
         try:
             engine = self._factory()
             self.engine_name, self.sample_rate = engine.name, engine.sample_rate
+            self.device = engine.device
             lanes = self._lanes if engine.concurrent else 1
             with self._cond:
                 self._plan.lanes = lanes
@@ -133,7 +135,24 @@ class ComputeWorker:
             self._threads.append(thread)
             thread.start()
         self._ready.set()
-        self._serve(engine)
+        self._warm(engine)
+        if isinstance(engine, WindowedEngine) and engine.batched:
+            from .batch_lane import BatchLane
+
+            BatchLane(self, engine).serve()
+        else:
+            self._serve(engine)
+
+    def _warm(self, engine: Engine) -> None:
+        """Warm the engine on its thread before serving: no caller pays its cold start. A
+        failure is logged and serving goes on, cold."""
+        try:
+            if isinstance(engine, WarmingEngine):
+                self.warm_seconds = engine.warm()
+        except Exception:
+            log.exception("warming the engine failed")
+        finally:
+            self.warmed.set()
 
     def _take(self) -> tuple[Job | None, list[Job]]:
         """With the lock held: the job due first that may start now, or None and the
@@ -153,25 +172,38 @@ class ComputeWorker:
             with self._cond:
                 job, dropped = self._take()
             for cancelled in dropped:
-                _close(cancelled)
+                close(cancelled)
             if job is None:
                 if self._stopping:
                     return
                 continue
             started = self._clock()
-            sounded = job._sounded
             more, audio_seconds = self._step(engine, job)
             ended = self._clock()
-            lane_seconds = ended - started
-            self.stats.record(ended, lane_seconds)
-            if audio_seconds and not sounded and not job.first:
+            self.stats.record(ended, ended - started)
+            job._computed += ended - started
+            self._stepped(job, started, ended, ended - started, more, audio_seconds)
+
+    def _stepped(
+        self,
+        job: Job,
+        started: float,
+        ended: float,
+        lane_seconds: float,
+        more: bool,
+        audio_seconds: float,
+    ) -> None:
+        """A step of ``job`` that began at ``started`` gave ``audio_seconds`` at ``ended`` and
+        cost ``lane_seconds`` (its share of a batched step): tell the planner."""
+        first_audio = bool(audio_seconds) and not job._sounded
+        if first_audio:
+            job._sounded = True
+            if not job.first:
                 in_time = job._submitted + (ended - started) <= job.deadline
                 self.stats.sounded(ended, late=in_time and ended > job.deadline)
-            job._computed += lane_seconds
-            first_audio = bool(audio_seconds) and not sounded
-            with self._cond:
-                self._plan.stepped(job, ended, lane_seconds, audio_seconds, first_audio, more)
-                self._cond.notify_all()  # a lane that waited for this one, or for the job
+        with self._cond:
+            self._plan.stepped(job, ended, lane_seconds, audio_seconds, first_audio, more)
+            self._cond.notify_all()  # a lane that waited for this one, or for the job
 
     def _step(self, engine: Engine, job: Job) -> tuple[bool, float]:
         """Run one step of ``job``: whether it has more to do, and the seconds of audio the
@@ -180,14 +212,24 @@ class ComputeWorker:
             if job._steps is None:
                 job._steps = job.run(engine)
             item = next(job._steps, None)
-            event = None if item is None else _event(item)
+            if isinstance(item, Window):
+                raise TypeError("a window from an engine the worker does not batch")
+            event = None if item is None else event_of(item)
         except Exception as exc:
-            log.exception("compute job failed")
-            self.stats.count(failed=True)
-            job.on_event(JobFailed(f"{type(exc).__name__}: {exc}"))
-            return False, 0.0
+            return self._failed(job, exc)
+        return self._deliver(job, event)
+
+    def _failed(self, job: Job, exc: Exception) -> tuple[bool, float]:
+        log.exception("compute job failed", exc_info=exc)
+        self.stats.count(failed=True)
+        job.on_event(JobFailed(f"{type(exc).__name__}: {exc}"))
+        return False, 0.0
+
+    def _deliver(self, job: Job, event: JobEvent | None) -> tuple[bool, float]:
+        """Hand ``job``'s session what its step gave (None: the work is done): whether it has
+        more to do, and the seconds of audio given."""
         if job.cancelled:
-            _close(job)
+            close(job)
             return False, 0.0
         if event is None:
             self.stats.count(failed=False)
@@ -195,24 +237,5 @@ class ComputeWorker:
             return False, 0.0
         job.on_event(event)
         if isinstance(event, JobAudio):
-            job._sounded = True
             return True, event.audio.size / self.sample_rate
         return True, 0.0
-
-
-def _event(item: Audio | WordStarts | str) -> JobEvent:
-    match item:
-        case str():
-            return JobText(item)
-        case WordStarts():
-            return JobWords(item)
-        case np.ndarray():
-            return JobAudio(item)
-        case _:
-            assert_never(item)
-
-
-def _close(job: Job) -> None:
-    """Close a cancelled job's generator here, on the thread that owns the engine."""
-    if isinstance(job._steps, Generator):
-        job._steps.close()

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass, field
+from typing import assert_never
+
+import numpy as np
 
 from ..audio import Audio
-from ..engines.base import Engine, SynthesisOptions, WordStarts
+from ..engines.base import Engine, SynthesisOptions, Window, WordStarts
 
 FIRST_AUDIO_TARGET = 0.2
 """Seconds after a turn's first segment is asked for that it is due: a listener who will run
@@ -52,9 +55,34 @@ Work = Callable[[Engine], Iterator["Audio | WordStarts | str"]]
 segment's synthesis) or of text deltas (a reply's generation), advanced one item per step."""
 
 
+@dataclass(frozen=True, slots=True)
+class Synthesis:
+    """The work of speaking ``text``: a worker that gathers decoder windows across sessions
+    (``batch_lane.py``) reads the text and options to ask the engine for windows instead."""
+
+    text: str
+    options: SynthesisOptions
+
+    def __call__(self, engine: Engine) -> Iterator[Audio | WordStarts]:
+        return engine.synthesize(self.text, self.options)
+
+
 def synthesis(text: str, options: SynthesisOptions) -> Work:
     """The work of speaking ``text``."""
-    return lambda engine: engine.synthesize(text, options)
+    return Synthesis(text, options)
+
+
+def event_of(item: Audio | WordStarts | str) -> JobEvent:
+    """What one item a job's work yielded tells its session."""
+    match item:
+        case str():
+            return JobText(item)
+        case WordStarts():
+            return JobWords(item)
+        case np.ndarray():
+            return JobAudio(item)
+        case _:
+            assert_never(item)
 
 
 @dataclass(eq=False)
@@ -94,7 +122,7 @@ class Job:
     bound to that thread (mlx-lm's stream context, which fails when closed on another)."""
     cancelled: bool = False
     _lane: int | None = field(default=None, repr=False)  # the thread it is pinned to
-    _steps: Iterator[Audio | WordStarts | str] | None = field(default=None, repr=False)
+    _steps: Iterator[Audio | WordStarts | str | Window] | None = field(default=None, repr=False)
     _submitted: float = field(default=0.0, repr=False)
     _sounded: bool = field(default=False, repr=False)
     _computed: float = field(default=0.0, repr=False)  # lane-seconds of its steps so far
@@ -111,3 +139,9 @@ class Job:
         to hear before the next step is needed."""
         plays_from = ended if self.first else max(self.deadline, ended)
         self.deadline, self.first = plays_from + audio_seconds, False
+
+
+def close(job: Job) -> None:
+    """Close a cancelled job's generator, on the thread that owns the engine."""
+    if isinstance(job._steps, Generator):
+        job._steps.close()

@@ -29,6 +29,10 @@ class WorkerStats:
     jobs_failed: int = 0
     busy_seconds: float = 0.0
     lanes: int = 1
+    batches: int = 0
+    """Batched decoder steps (``batch_lane.py``), and the windows they decoded."""
+    batched_windows: int = 0
+    largest_batch: int = 0
     clock: Callable[[], float] = time.monotonic
     _steps: deque[tuple[float, float]] = field(default_factory=deque, repr=False)
     _segments: deque[tuple[float, bool]] = field(default_factory=deque, repr=False)
@@ -47,6 +51,13 @@ class WorkerStats:
         with self._lock:
             self._segments.append((at, late))
             _trim(self._segments, at)
+
+    def batched(self, windows: int) -> None:
+        """One decoder step decoded ``windows`` sessions' windows together."""
+        with self._lock:
+            self.batches += 1
+            self.batched_windows += windows
+            self.largest_batch = max(self.largest_batch, windows)
 
     def count(self, failed: bool) -> None:
         with self._lock:

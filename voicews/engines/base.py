@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, runtime_checkable
+
+import numpy as np
+import numpy.typing as npt
 
 from ..audio import Audio
 
@@ -39,6 +42,9 @@ class Engine(Protocol):
 
     name: str
     sample_rate: int
+    device: str
+    """Where it computes, for the server's log: ``cpu (onnxruntime 1.32.0:
+    CPUExecutionProvider)``, ``gpu (cuda: NVIDIA H200)``, ``cpu`` (MLX's CPU backend)."""
     concurrent: bool
     """``synthesize`` may run on several threads at once (the worker's lanes)."""
 
@@ -49,4 +55,57 @@ class Engine(Protocol):
         The worker checks for cancellation between chunks, so an engine that can stream
         (chunked decoding) should yield early and often.
         """
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class Window:
+    """One stream's ready decoder window: frames ``[start, end)`` of a sentence's decoder input
+    ``z`` (``(frames, channels)``, on the host), decoded on its own, so windows of several
+    streams can be stacked and decoded in one step."""
+
+    z: npt.NDArray[np.float32]
+    start: int
+    end: int
+
+    @property
+    def frames(self) -> int:
+        return self.end - self.start
+
+
+@runtime_checkable
+class WindowedEngine(Engine, Protocol):
+    """An engine whose decoder steps the ready windows of many streams at once (a GPU's): the
+    compute worker gathers them across sessions (``compute/batch_lane.py``)."""
+
+    batched: bool
+    """Whether the worker should gather windows at all (the decoder it runs is batched)."""
+    max_batch: int
+    """Windows decoded in one step, at most."""
+    batch_wait: float
+    """Seconds the most urgent window waits for others to join its batch, at most."""
+
+    def windows_of(
+        self, text: str, options: SynthesisOptions
+    ) -> Iterator[Window | Audio | WordStarts]:
+        """What ``synthesize`` gives, each chunk of audio left as the window to decode (or,
+        for options its windows cannot serve, the audio itself)."""
+        ...
+
+    def window_bucket(self, frames: int) -> int:
+        """The length a window of ``frames`` is padded to: only windows of one bucket stack."""
+        ...
+
+    def decode_windows(self, windows: Sequence[Window]) -> list[Audio]:
+        """Each window's audio, in order, decoded together."""
+        ...
+
+
+@runtime_checkable
+class WarmingEngine(Engine, Protocol):
+    """An engine whose first inferences compile kernels (MLX on a GPU: 10-14 s): the worker
+    warms it before serving, while ``/readyz`` says ``warming``."""
+
+    def warm(self) -> float:
+        """Run the shapes synthesis will use once; the seconds it took."""
         ...

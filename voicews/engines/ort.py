@@ -93,6 +93,15 @@ def lane_session(model: Path) -> InferenceSession:
     )
 
 
+def describe_session(session: InferenceSession) -> str:
+    """The device a session runs on, for the server's log: ``cpu (onnxruntime 1.32.0:
+    CPUExecutionProvider)``."""
+    import onnxruntime
+
+    providers = ", ".join(session.get_providers())
+    return f"cpu (onnxruntime {onnxruntime.__version__}: {providers})"
+
+
 class Inferences:
     """The inferences running at once on the sessions of one engine (the models of a voice cut
     in two count together), and when one last started beside another."""
@@ -175,6 +184,11 @@ class LaneSessions:
                 self._inferences.running -= 1
                 if session is not None and session not in (self._wide, self._spinning):
                     self._idle.append(session)
+
+    @property
+    def device(self) -> str:
+        """Where the sessions run (``describe_session``)."""
+        return describe_session(self._wide)
 
     def get_inputs(self) -> list[Any]:
         """The model's inputs, as ``InferenceSession.get_inputs`` gives them."""

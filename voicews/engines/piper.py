@@ -155,10 +155,9 @@ class PiperEngine:
         timed = with_durations(model)
         split = split_at_decoder(timed)
         self._inferences = Inferences()
-        self._voice = PiperVoice(
-            session=LaneSessions(split[0] if split else timed, inferences=self._inferences),
-            config=config,
-        )
+        sessions = LaneSessions(split[0] if split else timed, inferences=self._inferences)
+        self._voice = PiperVoice(session=sessions, config=config)
+        self.device = sessions.device
         self._decoder = LaneSessions(split[1], inferences=self._inferences) if split else None
         if self._decoder is not None:
             self._decoder_input = self._decoder.get_inputs()[0].name

@@ -20,7 +20,7 @@ import numpy as np
 from ...audio import Audio
 from ...cache import cache_dir, write_atomically
 from ..base import SynthesisOptions, WordStarts
-from ..ort import lane_session
+from ..ort import describe_session, lane_session
 from .assets import (
     DEFAULT_VOICE,
     SAMPLE_RATE,
@@ -72,6 +72,7 @@ class KokoroEngine:
         if self.voice not in self._packs:
             load_voice(self.voice)  # raises, naming the voices there are
         self._session = lane_session(with_durations(graph or static_graph(model_path())))
+        self.device = describe_session(self._session)
 
     def synthesize(self, text: str, options: SynthesisOptions) -> Iterator[Audio | WordStarts]:
         voice = options.voice or self.voice

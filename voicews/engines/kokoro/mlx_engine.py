@@ -50,6 +50,7 @@ class MlxKokoroEngine:
     def __init__(self, voice: str | None = None, *, cache_dir: Path | None = None) -> None:
         import mlx.core as mx
 
+        from ..mlx_piper.engine import describe_device
         from .mlx_model import Kokoro
         from .mlx_weights import load_weights
 
@@ -61,7 +62,7 @@ class MlxKokoroEngine:
         if device in ("cpu", "gpu"):
             mx.set_default_device(mx.cpu if device == "cpu" else mx.gpu)
         self.model: Kokoro = Kokoro(load_weights(model_path(), cache_dir))
-        self.device = str(mx.default_device())
+        self.device = describe_device()
         log.info("mlx-kokoro: %s on %s", self.voice, self.device)
 
     def synthesize(self, text: str, options: SynthesisOptions) -> Iterator[Audio | WordStarts]:

@@ -6,6 +6,7 @@ import math
 from dataclasses import dataclass
 
 import mlx.core as mx
+import numpy as np
 
 from .layers import Conv, conv_from, count_modules, layer_norm, layer_norm_params
 from .weights import VoiceWeights
@@ -14,11 +15,12 @@ from .weights import VoiceWeights
 @dataclass(frozen=True)
 class _AttentionLayer:
     q: Conv
+    """Scaled by ``1 / sqrt(head_channels)``, as attention scales its queries."""
     k: Conv
     v: Conv
     o: Conv
-    rel_k: mx.array  # (2 * window + 1, head_channels)
-    rel_v: mx.array
+    rel_k: mx.array  # (head_channels, 2 * window + 1): transposed once, for the queries
+    rel_v: mx.array  # (2 * window + 1, head_channels)
     norm_1: tuple[mx.array, mx.array]
     ffn_1: Conv
     ffn_2: Conv
@@ -30,15 +32,17 @@ class TextEncoder:
 
     def __init__(self, w: VoiceWeights, matmul: bool) -> None:
         p = "enc_p.encoder"
-        self.embedding = w["enc_p.emb.weight"]
-        self.hidden = int(self.embedding.shape[1])
+        self.hidden = int(w["enc_p.emb.weight"].shape[1])
+        # Constant factors folded into the weights once: each would be an operation a call.
+        self.embedding = w["enc_p.emb.weight"] * math.sqrt(self.hidden)
+        head_channels = int(w[f"{p}.attn_layers.0.emb_rel_k"].shape[2])
         self.layers = [
             _AttentionLayer(
-                q=conv_from(w, f"{p}.attn_layers.{i}.conv_q", matmul),
+                q=conv_from(w, f"{p}.attn_layers.{i}.conv_q", matmul, scale=head_channels**-0.5),
                 k=conv_from(w, f"{p}.attn_layers.{i}.conv_k", matmul),
                 v=conv_from(w, f"{p}.attn_layers.{i}.conv_v", matmul),
                 o=conv_from(w, f"{p}.attn_layers.{i}.conv_o", matmul),
-                rel_k=w[f"{p}.attn_layers.{i}.emb_rel_k"][0],
+                rel_k=mx.array(np.ascontiguousarray(w[f"{p}.attn_layers.{i}.emb_rel_k"][0].T)),
                 rel_v=w[f"{p}.attn_layers.{i}.emb_rel_v"][0],
                 norm_1=layer_norm_params(w, f"{p}.norm_layers_1.{i}"),
                 ffn_1=conv_from(w, f"{p}.ffn_layers.{i}.conv_1", matmul, same=True),
@@ -47,7 +51,7 @@ class TextEncoder:
             )
             for i in range(count_modules(w, p + ".attn_layers.{}.conv_q.weight"))
         ]
-        rel = self.layers[0].rel_k
+        rel = self.layers[0].rel_v
         self.window = (int(rel.shape[0]) - 1) // 2
         self.head_channels = int(rel.shape[1])
         self.heads = self.hidden // self.head_channels
@@ -55,36 +59,58 @@ class TextEncoder:
         self.out_channels = self.proj.out_channels // 2
 
     def __call__(self, ids: mx.array) -> tuple[mx.array, mx.array, mx.array]:
-        x = self.embedding[ids] * math.sqrt(self.hidden)
-        offsets = mx.arange(ids.shape[0])[None, :] - mx.arange(ids.shape[0])[:, None]
+        x = self.embedding[ids]
+        positions = _Positions.of(int(ids.shape[0]), self.heads, self.window)
         for layer in self.layers:
-            x = layer_norm(x + self._attention(layer, x, offsets), layer.norm_1)
+            x = layer_norm(x + self._attention(layer, x, positions), layer.norm_1)
             y = layer.ffn_2(mx.maximum(layer.ffn_1(x), 0.0))
             x = layer_norm(x + y, layer.norm_2)
         stats = self.proj(x)
         return x, stats[:, : self.out_channels], stats[:, self.out_channels :]
 
-    def _attention(self, layer: _AttentionLayer, x: mx.array, offsets: mx.array) -> mx.array:
+    def _attention(self, layer: _AttentionLayer, x: mx.array, at: _Positions) -> mx.array:
         """Self-attention with relative position keys and values within +-window."""
-        length, heads, dk, window = x.shape[0], self.heads, self.head_channels, self.window
+        length, heads, dk = x.shape[0], self.heads, self.head_channels
 
         def split(t: mx.array) -> mx.array:
             return t.reshape(length, heads, dk).transpose(1, 0, 2)
 
-        q = split(layer.q(x)) * (1.0 / math.sqrt(dk))
-        k, v = split(layer.k(x)), split(layer.v(x))
-        in_window = mx.abs(offsets) <= window
-        rel_logits = q @ layer.rel_k.T  # (heads, T, 2w+1), by offset j - i
-        rel_index = mx.broadcast_to(
-            mx.clip(offsets + window, 0, 2 * window), (heads, *offsets.shape)
-        )
+        q, k, v = split(layer.q(x)), split(layer.k(x)), split(layer.v(x))
+        rel_logits = q @ layer.rel_k  # (heads, T, 2w+1), by offset j - i
         scores = q @ k.transpose(0, 2, 1)
-        scores = scores + mx.where(in_window, mx.take_along_axis(rel_logits, rel_index, 2), 0.0)
+        scores = scores + mx.take_along_axis(rel_logits, at.rel_index, 2) * at.in_window
         p = mx.softmax(scores, axis=-1)
         # The attention weight of each relative offset, for the relative value embeddings.
-        cols = mx.arange(length)[:, None] + mx.arange(2 * window + 1)[None, :] - window
-        in_range = (cols >= 0) & (cols < length)
-        col_index = mx.broadcast_to(mx.clip(cols, 0, length - 1), (heads, *cols.shape))
-        rel_weights = mx.where(in_range, mx.take_along_axis(p, col_index, 2), 0.0)
+        rel_weights = mx.take_along_axis(p, at.col_index, 2) * at.in_range
         out = p @ v + rel_weights @ layer.rel_v
         return layer.o(out.transpose(1, 0, 2).reshape(length, heads * dk))
+
+
+@dataclass(frozen=True)
+class _Positions:
+    """Where relative attention reads, for ``length`` phonemes: built on the host once per
+    sentence, so its every layer's indices and masks cost no operation."""
+
+    rel_index: mx.array
+    """``(heads, T, T)``: the relative key embedding each (query, key) pair reads."""
+    in_window: mx.array
+    """``(heads, T, T)``: 1 where the key is within the window of the query."""
+    col_index: mx.array
+    """``(heads, T, 2w + 1)``: the key each (query, offset) pair is."""
+    in_range: mx.array
+    """``(heads, T, 2w + 1)``: 1 where that key is inside the sentence."""
+
+    @classmethod
+    def of(cls, length: int, heads: int, window: int) -> _Positions:
+        offsets = np.arange(length)[None, :] - np.arange(length)[:, None]
+        cols = np.arange(length)[:, None] + np.arange(-window, window + 1)[None, :]
+
+        def per_head(a: np.ndarray, dtype: type) -> mx.array:
+            return mx.array(np.ascontiguousarray(np.broadcast_to(a, (heads, *a.shape)), dtype))
+
+        return cls(
+            rel_index=per_head(np.clip(offsets + window, 0, 2 * window), np.int32),
+            in_window=per_head(np.abs(offsets) <= window, np.float32),
+            col_index=per_head(np.clip(cols, 0, length - 1), np.int32),
+            in_range=per_head((cols >= 0) & (cols < length), np.float32),
+        )

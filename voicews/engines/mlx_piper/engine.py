@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import logging
 import os
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -23,12 +23,12 @@ import numpy as np
 import numpy.typing as npt
 
 from ...audio import Audio
-from ..base import SynthesisOptions, WordStarts
+from ..base import SynthesisOptions, Window, WordStarts
 from ..piper_words import WordPlacer, inference_chunks, phonemize
 
 if TYPE_CHECKING:
     from .model import PiperVits
-    from .windows import Window, WindowDecoder
+    from .windows import WindowDecoder
 
 log = logging.getLogger(__name__)
 
@@ -50,7 +50,13 @@ class MlxConfig:
     """The first window's frames; windows double from it. Measured: the first window, with the
     lookahead the layers after it need, then costs a fraction of the encoder's time, so compute
     before first audio is about a tenth of the whole segment's; 4 gains nothing measurable, 16
-    costs more."""
+    costs more. That is the CPU's streaming decoder: bucketed whole windows (a GPU's) start at
+    ``chunk_frames``, since there a window costs its dispatch, not its frames (about 200
+    operations whatever its length): "Hello there." is then one window, 3,065 operations per
+    second of audio against 3,948 with the ramp (python -m bench mlx_ops, before the encoder's
+    and the duration predictor's cuts), and every window
+    but a sentence's last is in one bucket, so sessions' windows batch together and the
+    warm-up compiles two buckets, not five."""
     decode: str = "auto"
     """``auto`` (``whole`` where MLX's default device is a GPU, else ``stream``), ``stream``
     (exact, state carried across windows: each position computed once), ``whole`` (the flow
@@ -75,9 +81,22 @@ class MlxConfig:
     ``on`` where MLX's default device is a GPU."""
     device: str = ""
     """``cpu`` or ``gpu`` (any case) to override MLX's default device."""
+    max_batch: int = 64
+    """With ``whole`` decoding the compute worker decodes the ready windows of all sessions
+    together, at most this many in one step (issue 33's first milestone: 64 conversations;
+    per stream-window on an H200, uncompiled: 4.6 ms alone, 0.20 ms in a batch of 64)."""
+    batch_wait_ms: int = 3
+    """Milliseconds the most urgent ready window waits for others to join its batch (a
+    64-frame window is 743 ms of audio: a few ms of waiting is cheap, a batch of one is not)."""
 
     def __post_init__(self) -> None:
-        minimums = {"chunk_frames": 1, "initial_chunk_frames": 1, "overlap_frames": 0}
+        minimums = {
+            "chunk_frames": 1,
+            "initial_chunk_frames": 1,
+            "overlap_frames": 0,
+            "max_batch": 1,
+            "batch_wait_ms": 0,
+        }
         for name, minimum in minimums.items():
             if getattr(self, name) < minimum:
                 raise ValueError(f"{ENV_PREFIX}{name.upper()} must be at least {minimum}")
@@ -149,6 +168,11 @@ class MlxPiperEngine:
         """The decoder in use: ``auto`` resolved for the device."""
         if self.decode == "auto":
             self.decode = "stream" if self.device == "cpu" else "whole"
+        self.batched = self.decode == "whole"
+        """The compute worker gathers every session's ready windows into one decoder step
+        (``WindowedEngine``); the streaming decoder carries state per stream, so it cannot."""
+        self.max_batch = self.config.max_batch
+        self.batch_wait = self.config.batch_wait_ms / 1000
         log.info("mlx-piper: %s on %s", model.name, self.device)
 
     @property
@@ -163,7 +187,10 @@ class MlxPiperEngine:
             on = config.compile == "on" or (config.compile == "auto" and self.device != "cpu")
             self._windows = WindowDecoder(
                 self.model,
-                buckets_for(config.chunk_frames, config.initial_chunk_frames),
+                buckets_for(
+                    config.chunk_frames, config.chunk_frames if on else config.initial_chunk_frames
+                ),
+                max_batch=config.max_batch,
                 bucketed=on,
                 compiled=on,
                 dtype=mx.float16 if config.dtype == "float16" else mx.float32,
@@ -219,11 +246,12 @@ class MlxPiperEngine:
         from .decode import window_plan
 
         chunk = options.chunk_frames or self.config.chunk_frames
-        return window_plan(frames, chunk, min(self.config.initial_chunk_frames, chunk))
+        first = min(self.config.initial_chunk_frames, chunk)
+        if self.decode == "whole" and self.windows.bucketed:
+            first = chunk  # see initial_chunk_frames
+        return window_plan(frames, chunk, first)
 
     def _whole(self, z_p: Any, plan: list[tuple[int, int]]) -> Iterator[Any]:
-        from .windows import Window
-
         z = self._decoder_input(z_p)
         for start, end in plan:
             (audio,) = self.windows.decode([Window(z, start, end)])
@@ -237,12 +265,16 @@ class MlxPiperEngine:
         mx.eval(z)
         return np.array(z, dtype=np.float32)
 
-    def windows_of(self, text: str, options: SynthesisOptions) -> Iterator[Window | WordStarts]:
+    def windows_of(
+        self, text: str, options: SynthesisOptions
+    ) -> Iterator[Window | Audio | WordStarts]:
         """``text``'s windows in order, then its word starts, as ``synthesize`` gives audio:
         for a caller that decodes several streams' windows at once (:meth:`decode_windows`).
-        Each sentence's encoder, durations and flow run when its first window is asked for."""
-        from .windows import Window
-
+        Each sentence's encoder, durations and flow run when its first window is asked for.
+        A session that asks for ``overlap`` windows gets its audio as ``synthesize`` makes it."""
+        if options.overlap_frames is not None:
+            yield from self.synthesize(text, options)
+            return
         timed = []
         for phonemes, ids in self._sentences(text, options.speed):
             latents = self._latents(ids, options.speed)
@@ -254,22 +286,33 @@ class MlxPiperEngine:
         if placed is not None:
             yield placed
 
-    def decode_windows(self, windows: list[Window]) -> list[npt.NDArray[np.float32]]:
+    def window_bucket(self, frames: int) -> int:
+        """The length a window is padded to (its own length where windows are not bucketed)."""
+        return self.windows.bucket(frames) if self.windows.bucketed else frames
+
+    def decode_windows(self, windows: Sequence[Window]) -> list[Audio]:
         """The audio of ready windows of any streams, decoded together: stacked on the batch
         axis per window bucket, one evaluation per bucket. Equal to decoding each alone."""
         return self.windows.decode(windows)
 
-    def warm(self, batches: tuple[int, ...] = (1,)) -> float:
-        """Compiles and runs the shapes synthesis will use (one sentence through the encoder,
-        each window bucket at each batch size); returns the seconds it took. Before this, a
-        fresh process's first window pays the kernel compilation (10-14 s on MLX CUDA)."""
+    def warm(self) -> float:
+        """Compiles and runs the shapes synthesis will use (one sentence through the encoder;
+        with ``whole`` decoding each window bucket at each batch size the worker's batches are
+        padded to); returns the seconds it took. Before this, a fresh process's first window
+        pays the kernel compilation (10-14 s on MLX CUDA). The seeded noise is left as it was."""
         import time
 
         start = time.perf_counter()
-        for _ in self.synthesize("Warming up.", SynthesisOptions()):
-            pass
-        if self.decode == "whole":
-            self.windows.warm(batches)
+        rng, self._rng = self._rng, np.random.default_rng(0)
+        try:
+            for _ in self.synthesize("Warming up.", SynthesisOptions()):
+                pass
+            if self.decode == "whole":
+                windows = self.windows
+                top = windows.batch_size(self.max_batch) if windows.bucketed else 1
+                windows.warm(tuple(1 << k for k in range(top.bit_length())))
+        finally:
+            self._rng = rng
         return time.perf_counter() - start
 
 

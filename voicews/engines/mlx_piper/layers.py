@@ -3,8 +3,6 @@ native on a GPU), polyphase transposed convolutions, layer norm, activations."""
 
 from __future__ import annotations
 
-import math
-
 import mlx.core as mx
 import numpy as np
 
@@ -22,11 +20,6 @@ def default_use_matmul() -> bool:
 
 def leaky_relu(x: mx.array, slope: float) -> mx.array:
     return mx.maximum(x, slope * x)
-
-
-def gelu(x: mx.array) -> mx.array:
-    """Exact (erf) GELU, as ``F.gelu`` in the duration predictor."""
-    return 0.5 * x * (1.0 + mx.erf(x * (1.0 / math.sqrt(2.0))))
 
 
 def pad_time(x: mx.array, left: int, right: int) -> mx.array:
@@ -166,10 +159,24 @@ class Upsample:
         return self.valid(pad_time(x, self.pad_left, self.pad_right))
 
 
-def conv_from(w: VoiceWeights, module: str, matmul: bool, *, same: bool = False) -> Conv:
-    """The conv ``module`` as the graph called it (or 'same' padding where the graph padded)."""
+def conv_from(
+    w: VoiceWeights,
+    module: str,
+    matmul: bool,
+    *,
+    same: bool = False,
+    scale: float = 1.0,
+    input_scale: float = 1.0,
+) -> Conv:
+    """The conv ``module`` as the graph called it (or 'same' padding where the graph padded),
+    its output times ``scale``, of its input times ``input_scale`` (folded into the weights:
+    a constant factor is otherwise one more operation a call)."""
     weight = w[f"{module}.weight"]
     bias = w.get(f"{module}.bias")
+    if scale * input_scale != 1.0:
+        weight = weight * (scale * input_scale)
+    if scale != 1.0 and bias is not None:
+        bias = bias * scale
     attrs = w.conv(module)
     kernel = int(weight.shape[1])
     left, right = ((kernel - 1) // 2, kernel // 2) if same else (attrs.pad_left, attrs.pad_right)

@@ -26,6 +26,7 @@ import mlx.core as mx
 import numpy as np
 import numpy.typing as npt
 
+from ..base import Window
 from .layers import FINAL_LRELU_SLOPE, LRELU_SLOPE, Conv, Upsample
 from .model import PiperVits
 from .weights import VoiceWeights
@@ -167,16 +168,6 @@ def _receptive_field(model: PiperVits) -> tuple[int, int]:
     if left >= probe or right >= probe:
         raise ValueError("receptive field wider than the probe")
     return left, right
-
-
-@dataclass(frozen=True, slots=True)
-class Window:
-    """One stream's ready window: frames ``[start, end)`` of a sentence's ``z``."""
-
-    z: npt.NDArray[np.float32]
-    """The whole sentence's generator input (the flow's output), ``(frames, channels)``."""
-    start: int
-    end: int
 
 
 def buckets_for(chunk_frames: int, initial_frames: int) -> tuple[int, ...]:

@@ -1,0 +1,152 @@
+"""The batched lane: one thread that steps the decoder windows of every active session at once.
+
+A GPU decodes a batch of windows in about the time of one (issue 33: 4.6 ms a 64-frame window
+alone on an H200, 0.20 ms each in a batch of 64), so for an engine that decodes in windows
+(``WindowedEngine``) the worker's one lane does not run one session's step at a time: it takes
+every job the planner has due, runs each one's host part (its next window; a new sentence's
+encoder, durations and flow) and hands the window to the :class:`Gatherer`, which says when a
+batch is due (full, or its most urgent window has waited ``batch_wait`` or reached its
+deadline) and which windows are in it (one bucket, deadline order). One decoder step decodes
+them; each session gets its own window's audio, and its job goes back to the planner for its
+next window. Jobs that yield no windows (a generation in agent mode) run one step at a time,
+as on any lane.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import TYPE_CHECKING, cast
+
+from ..engines.base import Window, WindowedEngine
+from .batching import Gatherer, Ready
+from .jobs import Job, JobAudio, Synthesis, close, event_of
+
+if TYPE_CHECKING:
+    from .execution import ComputeWorker
+
+_POLL = 0.05
+"""Longest sleep while windows wait for a batch (the deadlines' clock may not be the
+thread's: tests drive a fake one)."""
+
+
+class BatchLane:
+    """Serves ``worker``'s queue with ``engine`` until the worker stops."""
+
+    def __init__(self, worker: ComputeWorker, engine: WindowedEngine) -> None:
+        self._worker, self._engine = worker, engine
+        self._gather: Gatherer[Window] = Gatherer(
+            max_batch=engine.max_batch, max_wait=engine.batch_wait, bucket=engine.window_bucket
+        )
+        self._started: dict[Job, float] = {}
+        """The jobs whose windows wait in the gatherer: when each one's host step began."""
+        self._host: dict[Job, float] = {}  # and the seconds it took
+
+    def serve(self) -> None:
+        worker, lane = self._worker, threading.get_ident()
+        while True:
+            with worker._cond:
+                job, dropped = self._next(lane)
+            for cancelled in dropped:
+                close(cancelled)
+            if job is None and worker._stopping:
+                for waiting in self._started:
+                    close(waiting)
+                return
+            self._drop_cancelled()
+            if job is not None:
+                self._advance(job)
+            with worker._cond:  # jobs still queued: their windows are moments away
+                pending = worker._plan.queued > 0
+            batch = self._gather.take(worker._clock(), pending)
+            if batch:
+                self._decode(batch)
+
+    def _next(self, lane: int) -> tuple[Job | None, list[Job]]:
+        """With the lock held: the job due first, the cancelled jobs to close, or (None, [])
+        once a batch is due (or the worker stops)."""
+        worker = self._worker
+        while not worker._stopping:
+            now = worker._clock()
+            job, dropped = worker._plan.take(lane, now)
+            if job is not None or dropped:
+                return job, dropped
+            due = self._gather.due_at()
+            if due is not None and (due <= now or self._cancelled()):
+                return None, []
+            worker._cond.wait(None if due is None else min(_POLL, due - now))
+        return None, []
+
+    def _cancelled(self) -> bool:
+        return any(job.cancelled for job in self._started)
+
+    def _drop_cancelled(self) -> None:
+        """Windows of cut turns leave the gatherer before they cost a decoder step."""
+        for job in [job for job in self._started if job.cancelled]:
+            self._gather.drop(job)
+            self._finish(job, self._worker._clock(), 0.0, False, 0.0)
+            close(job)
+
+    def _advance(self, job: Job) -> None:
+        """Run ``job``'s host part up to its next window, which joins the gatherer; anything
+        else it yields (word starts, audio, text, its end) goes to its session as one step."""
+        worker, engine = self._worker, self._engine
+        started = worker._clock()
+        try:
+            if job._steps is None:
+                work = job.run
+                if isinstance(work, Synthesis):
+                    job._steps = engine.windows_of(work.text, work.options)
+                else:
+                    job._steps = work(engine)
+            item = next(job._steps, None)
+            if isinstance(item, Window):
+                ended = worker._clock()
+                worker.stats.record(ended, ended - started)
+                self._started[job], self._host[job] = started, ended - started
+                self._gather.offer(job, item.frames, job.due(), item, ended)
+                return
+            event = None if item is None else event_of(item)
+        except Exception as exc:
+            more, audio_seconds = worker._failed(job, exc)
+        else:
+            more, audio_seconds = worker._deliver(job, event)
+        ended = worker._clock()
+        worker.stats.record(ended, ended - started)
+        job._computed += ended - started
+        worker._stepped(job, started, ended, ended - started, more, audio_seconds)
+
+    def _decode(self, batch: list[Ready[Window]]) -> None:
+        """One decoder step for ``batch``'s windows; each job gets its own audio."""
+        worker = self._worker
+        jobs = [cast(Job, ready.stream) for ready in batch]
+        started = worker._clock()
+        try:
+            audio = self._engine.decode_windows([ready.item for ready in batch])
+        except Exception as exc:
+            ended = worker._clock()
+            worker.stats.record(ended, ended - started)
+            for job in jobs:
+                self._finish(job, ended, (ended - started) / len(jobs), *worker._failed(job, exc))
+            return
+        ended = worker._clock()
+        seconds = ended - started
+        worker.stats.record(ended, seconds)
+        worker.stats.batched(len(jobs))
+        for job, samples in zip(jobs, audio, strict=True):
+            more, audio_seconds = worker._deliver(job, JobAudio(samples))
+            self._finish(job, ended, seconds / len(jobs), more, audio_seconds, waited=seconds)
+
+    def _finish(
+        self,
+        job: Job,
+        ended: float,
+        share: float,
+        more: bool,
+        audio_seconds: float,
+        waited: float = 0.0,
+    ) -> None:
+        """Book ``job``'s step: its host part and its ``share`` of the decoder step, to its
+        account; to its first audio, the ``waited`` seconds of the whole decoder step."""
+        started, host = self._started.pop(job), self._host.pop(job)
+        job._computed += host + max(share, waited)
+        self._worker._stepped(job, started, ended, host + share, more, audio_seconds)
