@@ -43,7 +43,7 @@ from bench.harness.summaries import Check, fmt, render
 from bench.listening.endings import Reference, end_pairs
 from bench.listening.figures import STALL_MS, EndPair, Intonation, Listening
 from bench.listening.phrasing import char_deltas
-from bench.listening.pitch import FALL_ST, WINDOW_S
+from bench.listening.pitch import FALL_ST, LOW_ST, WINDOW_S
 
 VOICEWS = VoicewsProcess.name
 TEXTS = [" ".join(sentences) for sentences in LISTENING_REPLIES]
@@ -85,7 +85,7 @@ def burst_table(bursts: dict[str, Listening], buffer_ms: float) -> str:
 def intonation_table(pairs: Sequence[EndPair]) -> str:
     header = [
         "server", "rate", "ends", "measured", "slope st/s streamed/whole",
-        "drop st streamed/whole", "falling streamed/whole",
+        "drop st streamed/whole", "end vs median st", "falling streamed/whole",
     ]  # fmt: skip
     rows = []
     keys = dict.fromkeys((p.server, p.rate) for p in pairs)
@@ -98,6 +98,7 @@ def intonation_table(pairs: Sequence[EndPair]) -> str:
                 f"{s.measured}/{s.ends}",
                 f"{fmt(s.slope_streamed, '+.1f')} / {fmt(s.slope_whole, '+.1f')}",
                 f"{fmt(s.drop_streamed, '+.1f')} / {fmt(s.drop_whole, '+.1f')}",
+                f"{fmt(s.level_streamed, '+.1f')} / {fmt(s.level_whole, '+.1f')}",
                 f"{s.falling_streamed} / {s.falling_whole} of {s.measured}",
             ])  # fmt: skip
     return render(header, rows, left=3)
@@ -264,8 +265,10 @@ def report(
         print(
             f"\n3. Intonation: pitch over the last {WINDOW_S * 1000:.0f} ms of sound of each "
             "segment end as streamed / of the same words inside a whole-sentence synthesis "
-            f"(semitones; falling: a drop of {FALL_ST:g} st or more). measured: ends with "
-            "enough voiced frames in both"
+            f"(semitones, medians over the ends; end vs median: the end's pitch against its "
+            f"sentence's median F0; falling: a drop of {FALL_ST:g} st or more ending "
+            f"{LOW_ST:g} st or more below that median). measured: ends with enough voiced "
+            "frames in both"
         )
         print(intonation_table(pairs))
         placed = sum(p.by_marks for p in pairs)

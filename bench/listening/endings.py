@@ -15,7 +15,7 @@ import numpy as np
 from bench.harness.connections import Turn
 from bench.listening.figures import EndPair
 from bench.listening.phrasing import sentence_ends, units
-from bench.listening.pitch import end_contour, speech_end, whole_boundary
+from bench.listening.pitch import end_contour, key_st, speech_end, whole_boundary
 from voicews.audio import Audio
 
 
@@ -68,6 +68,7 @@ def end_pairs(turn: Turn, sentences: Sequence[str], reference: Reference) -> lis
         text = " ".join(spoken)
         whole, marks = reference.whole(text)
         heard = speech_end(whole, whole.size, reference.sample_rate)
+        key = key_st(whole, reference.sample_rate)
         words = chars = 0
         for index, part, final in zip(unit.segments, spoken, unit.ends, strict=True):
             words += len(part.split())
@@ -81,6 +82,7 @@ def end_pairs(turn: Turn, sentences: Sequence[str], reference: Reference) -> lis
                     end_contour(audio, stops[index], turn.sample_rate),
                     end_contour(whole, boundary, reference.sample_rate),
                     by_marks,
+                    key,
                 )
             )
     return out

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from bench.harness.connections import Turn
 from bench.harness.summaries import median, percentile
 from bench.listening.phrasing import median_words, one_word_mid
-from bench.listening.pitch import Contour, mean
+from bench.listening.pitch import Contour, falls
 
 STALL_MS = 100.0
 """A reply with more silence than this after its first audio stalled."""
@@ -85,11 +85,15 @@ class EndPair:
     whole: Contour | None
     by_marks: bool
     """Placed in the whole by the engine's word marks (else by its share of characters)."""
+    key_st: float
+    """The whole sentence's median F0 (semitones above 100 Hz): the ends' levels are read
+    against it."""
 
 
 @dataclass(frozen=True, slots=True)
 class Intonation:
-    """Segment ends of one kind (mid-sentence or sentence-final), pooled: both contours."""
+    """Segment ends of one kind (mid-sentence or sentence-final), pooled: both contours, each
+    figure the median over the ends (a few tracker slips do not move it)."""
 
     ends: int
     measured: int
@@ -99,20 +103,25 @@ class Intonation:
     slope_whole: float
     drop_streamed: float
     drop_whole: float
+    level_streamed: float
+    """The end's pitch against its sentence's median F0 (st)."""
+    level_whole: float
     falling_streamed: int
     falling_whole: int
 
     @classmethod
     def of(cls, pairs: Sequence[EndPair]) -> Intonation:
-        both = [(p.streamed, p.whole) for p in pairs if p.streamed and p.whole]
+        both = [(p.streamed, p.whole, p.key_st) for p in pairs if p.streamed and p.whole]
         return cls(
             ends=len(pairs),
             measured=len(both),
             by_marks=sum(p.by_marks for p in pairs),
-            slope_streamed=mean([s.slope_st_s for s, _ in both]),
-            slope_whole=mean([w.slope_st_s for _, w in both]),
-            drop_streamed=mean([s.drop_st for s, _ in both]),
-            drop_whole=mean([w.drop_st for _, w in both]),
-            falling_streamed=sum(s.falling for s, _ in both),
-            falling_whole=sum(w.falling for _, w in both),
+            slope_streamed=median([s.slope_st_s for s, _, _ in both]),
+            slope_whole=median([w.slope_st_s for _, w, _ in both]),
+            drop_streamed=median([s.drop_st for s, _, _ in both]),
+            drop_whole=median([w.drop_st for _, w, _ in both]),
+            level_streamed=median([s.end_st - k for s, _, k in both]),
+            level_whole=median([w.end_st - k for _, w, k in both]),
+            falling_streamed=sum(falls(s, k) for s, _, k in both),
+            falling_whole=sum(falls(w, k) for _, w, k in both),
         )
