@@ -8,6 +8,7 @@ is the next word's start by the engine's word marks.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 
 import numpy as np
@@ -28,6 +29,8 @@ class Reference:
         self.engine = PiperEngine()
         self.sample_rate = self.engine.sample_rate
         self._made: dict[str, tuple[Audio, tuple[int, ...] | None]] = {}
+        self.synthesis_s = 0.0
+        """Seconds spent synthesizing, to tell from what the tracker costs."""
 
     def whole(self, text: str) -> tuple[Audio, tuple[int, ...] | None]:
         """The audio of ``text`` and where each of its words starts (None where unknown)."""
@@ -35,12 +38,14 @@ class Reference:
             from voicews.engines.base import SynthesisOptions, WordStarts
 
             chunks, marks = [], None
+            started = time.perf_counter()
             for item in self.engine.synthesize(text, SynthesisOptions()):
                 if isinstance(item, WordStarts):
                     marks = item.samples if len(item.samples) == len(text.split()) else None
                 else:
                     chunks.append(item)
             self._made[text] = (np.concatenate(chunks), marks)
+            self.synthesis_s += time.perf_counter() - started
         return self._made[text]
 
 
