@@ -26,6 +26,10 @@ SCENARIOS: dict[str, tuple[str, str]] = {
         "bench.latency.frameworks",
         "first audio and barge-in through each client: own protocol, contexts, Pipecat, LiveKit",
     ),
+    "continuity": (
+        "bench.listening.continuity",
+        "what is heard after first audio: stalls, one-word segments, intonation; against the peer",
+    ),
     "capacity": (
         "bench.capacity.capacity",
         "conversations one box keeps smooth (lone, burst, staggered), against wyoming-piper",

@@ -60,6 +60,29 @@ BURST_REPLIES: tuple[str, ...] = (
 )
 """Replies for the burst scenario (5 to 7 s of speech), held out: no warm-up speaks them."""
 
+LISTENING_REPLIES: tuple[tuple[str, ...], ...] = (
+    ("Hmm, let me check that for you.", "It looks like the 2:45 flight to Denver is delayed "
+     "by about 40 minutes, so you should still make your connection."),
+    ("You will need three things for the form: a photo ID, proof of address, such as a "
+     "utility bill, and your account number, which starts with 7731.",),
+    ("Okay.", "Preheat the oven to 200 degrees, mix the butter with the sugar until it is pale "
+     "and fluffy, then fold in the flour a little at a time."),
+    ("The quarterly report shows revenue of $4.2 million, up 12% from last year, while costs "
+     "stayed almost flat at $3.1 million.",),
+    ("Well, that depends on what you mean by fast.", "If you want the quickest route, take "
+     "the highway; if you would rather avoid tolls, the coastal road adds about fifteen "
+     "minutes but is much prettier."),
+    ("Your new password needs at least 12 characters, including one number and one symbol.",
+     "Should I send a reset link to the address ending in 4481?"),
+    ("Sure!", "Here are your options: the basic plan at 9 dollars a month, the family plan at "
+     "15, or the yearly plan, which works out cheaper if you stay for the whole year."),
+    ("I understand that this has been frustrating, and I am sorry that the technician missed "
+     "the visit on the 14th; I have moved it to Monday morning between eight and ten, and I "
+     "added a note asking them to call you before they come.",),
+)  # fmt: skip
+"""Replies for listening continuity (``python -m bench continuity``), sentence by sentence:
+numbers, a list, a short first sentence, long ones; held out, in no test or warm-up."""
+
 
 def source_version() -> str:
     """The voicews code measured: git commit, plus a hash of uncommitted changes to it."""

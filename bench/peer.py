@@ -15,12 +15,13 @@ import sys
 import time
 from pathlib import Path
 
-from bench.harness.connections import Connection, Turn, feed
+from bench.harness.connections import Connection, Pieces, Turn, feed
 from bench.harness.processes import ServerProcess
 from voicews.client import word_pieces
 from voicews.engines import BUNDLED_VOICE
 
 try:
+    from sentence_stream import stream_to_sentences
     from wyoming.audio import AudioChunk, AudioStart
     from wyoming.client import AsyncTcpClient
     from wyoming.error import Error as WyomingError
@@ -44,18 +45,28 @@ class WyomingConnection(Connection):
         self.client = client
 
     async def speak(
-        self, turn: Turn, text: str, rate: float | None, jitter_s: float, timeout: float
+        self,
+        turn: Turn,
+        text: str,
+        rate: float | None,
+        jitter_s: float,
+        timeout: float,
+        pieces: Pieces = word_pieces,
     ) -> Turn:
+        """Its segments are the sentences it synthesizes one by one: counted by their
+        audio-start events, their texts those its sentence splitter makes of the same deltas."""
         client = self.client
         times: list[float] = []
         samples: list[int] = []
+        pcm = bytearray()
+        deltas = pieces(text) if rate else [text]
         await client.write_event(SynthesizeStart().event())
 
         async def send_all() -> None:
             async def chunk(delta: str) -> None:
                 await client.write_event(SynthesizeChunk(text=delta).event())
 
-            await feed(turn, word_pieces(text) if rate else [text], rate, chunk)
+            await feed(turn, deltas, rate, chunk)
             # As Home Assistant does: the whole text for non-streaming servers, then the end.
             await client.write_event(Synthesize(text=text).event())
             await client.write_event(SynthesizeStop().event())
@@ -71,9 +82,11 @@ class WyomingConnection(Connection):
                     turn.sample_rate = chunk.rate
                     times.append(now)
                     samples.append(chunk.samples)
+                    if turn.keep_audio:
+                        pcm.extend(chunk.audio)
                 elif AudioStart.is_type(event.type):
                     turn.sample_rate = AudioStart.from_event(event).rate
-                    turn.segments.append(f"sentence {len(turn.segments) + 1}")
+                    turn.segment_starts.append(sum(samples))
                 elif SynthesizeStopped.is_type(event.type):
                     turn.done_at = now
                     return
@@ -89,6 +102,13 @@ class WyomingConnection(Connection):
             turn.errors.append(f"{type(exc).__name__}: {exc}")
         finally:
             sender.cancel()
+        sentences = [s.strip() for s in stream_to_sentences(deltas) if s.strip()]
+        if len(sentences) == len(turn.segment_starts):
+            turn.segments = sentences
+        else:  # its splitter told apart otherwise: the count is still the truth
+            turn.segments = [f"sentence {i + 1}" for i in range(len(turn.segment_starts))]
+        turn.segment_spoken = list(turn.segments)
+        turn.pcm = bytes(pcm)
         turn.finish(times, samples, jitter_s)
         return turn
 

@@ -19,6 +19,9 @@ from typing import Any
 
 from voicews.client import RealtimeClient, SpokenTurn, word_pieces
 
+Pieces = Callable[[str], list[str]]
+"""How a reply is cut into the deltas sent at the token rate (``word_pieces`` by default)."""
+
 
 @dataclass
 class Playback:
@@ -91,18 +94,25 @@ class Turn:
     done_at: float | None = None
     arrival_s: list[float] = field(default_factory=list)  # from the first delta
     arrival_samples: list[int] = field(default_factory=list)
-    segments: list[str] = field(default_factory=list)  # voicews: texts; peer: one per sentence
+    segments: list[str] = field(default_factory=list)  # voicews: texts; peer: its sentences
+    segment_starts: list[int] = field(default_factory=list)  # each segment's first sample
+    segment_spoken: list[str] = field(default_factory=list)  # what was synthesized for each
     errors: list[str] = field(default_factory=list)
     playback: Playback = field(default_factory=Playback)
+    keep_audio: bool = False
+    """Keep the turn's audio in ``pcm`` (16-bit little-endian, mono): off for load tests."""
+    pcm: bytes = field(default=b"", repr=False)
 
     def finish(self, times: Sequence[float], samples: Sequence[int], jitter_s: float) -> None:
         origin = self.first_delta_at or 0.0
         self.arrival_s = [t - origin for t in times]
         self.arrival_samples = list(samples)
-        self.playback = play(
-            [(t, n / self.sample_rate) for t, n in zip(self.arrival_s, samples, strict=True)],
-            jitter_s,
-        )
+        self.playback = self.replay(jitter_s)
+
+    def replay(self, jitter_s: float) -> Playback:
+        """The same arrivals through a player with another jitter buffer."""
+        seconds = [n / self.sample_rate for n in self.arrival_samples]
+        return play(list(zip(self.arrival_s, seconds, strict=True)), jitter_s)
 
     @property
     def ok(self) -> bool:
@@ -125,7 +135,7 @@ class Turn:
     def record(self) -> dict[str, Any]:
         out = asdict(self)
         out.update(ttfa_ms=self.ttfa_ms, end_to_last_ms=self.end_to_last_ms, audio_s=self.audio_s)
-        for key in ("first_delta_at", "end_text_at", "done_at"):
+        for key in ("first_delta_at", "end_text_at", "done_at", "keep_audio", "pcm"):
             out.pop(key)
         out["end_text_s"] = (
             None
@@ -157,8 +167,15 @@ class Connection:
     """One conversation with one server: a WebSocket session or a Wyoming TCP connection."""
 
     async def speak(
-        self, turn: Turn, text: str, rate: float | None, jitter_s: float, timeout: float
+        self,
+        turn: Turn,
+        text: str,
+        rate: float | None,
+        jitter_s: float,
+        timeout: float,
+        pieces: Pieces = word_pieces,
     ) -> Turn:
+        """Stream ``text`` cut by ``pieces`` at ``rate`` deltas per second (whole if None)."""
         raise NotImplementedError
 
     async def close(self) -> None:
@@ -170,7 +187,13 @@ class VoicewsConnection(Connection):
         self.client = client
 
     async def speak(
-        self, turn: Turn, text: str, rate: float | None, jitter_s: float, timeout: float
+        self,
+        turn: Turn,
+        text: str,
+        rate: float | None,
+        jitter_s: float,
+        timeout: float,
+        pieces: Pieces = word_pieces,
     ) -> Turn:
         client = self.client
         turn.sample_rate = client.sample_rate
@@ -178,7 +201,7 @@ class VoicewsConnection(Connection):
         await client.turn_reset(spoken.turn_id)
 
         async def send_all() -> None:
-            await feed(turn, word_pieces(text) if rate else [text], rate, client.text_delta)
+            await feed(turn, pieces(text) if rate else [text], rate, client.text_delta)
             await client.end_text()
 
         sender = asyncio.create_task(send_all())
@@ -192,6 +215,10 @@ class VoicewsConnection(Connection):
         turn.errors += [f"{e.code}: {e.message}" for e in spoken.errors]
         turn.done_at = spoken.done_at
         turn.segments = [segment.text for segment in spoken.segments]
+        turn.segment_starts = [segment.start_sample for segment in spoken.segments]
+        turn.segment_spoken = [segment.spoken or segment.text for segment in spoken.segments]
+        if turn.keep_audio and spoken.format == "pcm_s16le":
+            turn.pcm = bytes(spoken.pcm)
         if spoken.done is not None and spoken.done.cancelled:
             turn.errors.append("cancelled")
         turn.finish(spoken.frame_times, [f.samples for f in spoken.frames], jitter_s)

@@ -17,7 +17,7 @@ import time
 from collections.abc import Sequence
 
 from bench.common import BURST_REPLIES, CONVERSATION_REPLIES, REPLIES
-from bench.harness.connections import Connection, Turn
+from bench.harness.connections import Connection, Pieces, Turn
 from bench.harness.processes import CpuMark, ServerProcess, VoicewsProcess, proc_cpu_s
 from bench.harness.summaries import (
     STOP_TTFA_P95_MS,
@@ -25,6 +25,7 @@ from bench.harness.summaries import (
     LoadSummary,
     MemorySummary,
 )
+from voicews.client import word_pieces
 
 
 def log(message: str) -> None:
@@ -111,6 +112,8 @@ async def measure_ttfa(
     replies: Sequence[str],
     repeats: int,
     jitter_s: float,
+    pieces: Pieces = word_pieces,
+    keep_audio: bool = False,
 ) -> list[Turn]:
     """One conversation per server and rate; each reply on both servers in turn, alternating
     which goes first, so drift and warm caches hit both alike."""
@@ -124,7 +127,8 @@ async def measure_ttfa(
                     order = list(servers) if (index + repeat) % 2 == 0 else list(servers)[::-1]
                     for server in order:
                         turn = Turn(server.name, "ttfa", rate, index, repeat)
-                        await conns[server.name].speak(turn, text, rate, jitter_s, 120)
+                        turn.keep_audio = keep_audio
+                        await conns[server.name].speak(turn, text, rate, jitter_s, 120, pieces)
                         turns.append(turn)
                         if not turn.ok:  # leftovers of a failed turn must not leak into the next
                             await conns[server.name].close()
@@ -243,17 +247,22 @@ async def measure_sweep(
 
 
 async def burst(
-    server: ServerProcess, n: int, rate: float, repeat: int
+    server: ServerProcess,
+    n: int,
+    rate: float,
+    repeat: int,
+    replies: Sequence[str] = BURST_REPLIES,
+    pieces: Pieces = word_pieces,
 ) -> tuple[BurstSummary, list[Turn]]:
     """N conversations, connected first, each start one reply in the same instant."""
     conns = await asyncio.gather(*(server.connect() for _ in range(n)))
     go = asyncio.Event()
 
     async def speak(index: int, conn: Connection) -> Turn:
-        reply = (index + repeat) % len(BURST_REPLIES)
+        reply = (index + repeat) % len(replies)
         turn = Turn(server.name, "burst", rate, reply, repeat, n=n, conversation=index)
         await go.wait()
-        return await conn.speak(turn, BURST_REPLIES[reply], rate, 0.0, 120)
+        return await conn.speak(turn, replies[reply], rate, 0.0, 120, pieces)
 
     try:
         speaking = [asyncio.create_task(speak(i, conn)) for i, conn in enumerate(conns)]
@@ -269,7 +278,12 @@ async def burst(
 
 
 async def measure_bursts(
-    servers: Sequence[ServerProcess], ns: Sequence[int], rate: float, repeats: int
+    servers: Sequence[ServerProcess],
+    ns: Sequence[int],
+    rate: float,
+    repeats: int,
+    replies: Sequence[str] = BURST_REPLIES,
+    pieces: Pieces = word_pieces,
 ) -> tuple[dict[str, list[BurstSummary]], list[Turn]]:
     """Each N on each server in turn (alternating which goes first), ``repeats`` times; the
     median of each figure over the repeats. A server stops after an N where every repeat had
@@ -284,7 +298,7 @@ async def measure_bursts(
             for server in order:
                 if server.name in stopped:
                     continue
-                summary, turns = await burst(server, n, rate, repeat)
+                summary, turns = await burst(server, n, rate, repeat, replies, pieces)
                 runs[server.name].append(summary)
                 all_turns += turns
                 await asyncio.sleep(1.0)

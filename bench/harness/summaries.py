@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from bench.harness.connections import Turn, play
+from bench.harness.connections import Turn
 
 STALL_MS = 100.0
 """A conversation with more silence than this after its first audio stalled."""
@@ -166,16 +166,7 @@ def clean_n_with_jitter(turns: Sequence[Turn], server: str, jitter_s: float) -> 
     for turn in turns:
         if turn.server != server or turn.part != "sweep":
             continue
-        clean = (
-            turn.ok
-            and not play(
-                [
-                    (t, n / turn.sample_rate)
-                    for t, n in zip(turn.arrival_s, turn.arrival_samples, strict=True)
-                ],
-                jitter_s,
-            ).underruns
-        )
+        clean = turn.ok and not turn.replay(jitter_s).underruns
         by_n[turn.n] = by_n.get(turn.n, True) and clean
     best = 0
     for n in sorted(by_n):

@@ -32,6 +32,7 @@ from pathlib import Path
 import numpy as np
 
 from bench.common import REPLIES, json_safe, rate_list, source_version
+from bench.listening.phrasing import one_word_mid
 from voicews.client import RealtimeClient, SpokenTurn, word_pieces
 from voicews.core.config import SessionConfig
 from voicews.server import ServerConfig, VoicewsServer
@@ -138,8 +139,8 @@ class Summary:
             words_per_segment_med=med(
                 [float(len(t.split())) for r in runs for t in r.segment_texts]
             ),
-            one_word_mid=sum(len(t.split()) == 1 for r in runs for t in r.segment_texts[1:-1]),
-            mid_segments=sum(max(0, len(r.segment_texts) - 2) for r in runs),
+            one_word_mid=sum(one_word_mid(r.segment_texts)[0] for r in runs),
+            mid_segments=sum(one_word_mid(r.segment_texts)[1] for r in runs),
             stalled_runs=sum(r.stall_ms > STALL_MS for r in runs),
             failed_runs=sum(bool(r.errors) or r.cancelled or r.ttfa_ms is None for r in runs),
         )

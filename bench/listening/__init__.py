@@ -1,0 +1,1 @@
+"""What a listener hears after the first audio: phrasing, silences, intonation."""
