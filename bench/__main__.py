@@ -14,6 +14,10 @@ SCENARIOS: dict[str, tuple[str, str]] = {
         "bench.latency.ttfa",
         "voicews alone, in-process: first audio, stalls, end of text to last audio, RTF",
     ),
+    "pacing_ab": (
+        "bench.latency.pacing_ab",
+        "listening continuity, this checkout against another: stalls, one-word segments",
+    ),
     "compare": (
         "bench.latency.compare",
         "voicews against wyoming-piper in one run: first audio, concurrency, memory",

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from voicews.core.cost import DEFAULT_PRIOR, Cost
-from voicews.core.pacing import Pacing
+from voicews.core.pacing import HORIZON, LEAD_CHARS, START_COVER, Pacing
 from voicews.text.segmenter import Fit, Urgency
 
 COST = Cost(fixed=0.1, per_char=0.005)
@@ -81,9 +81,10 @@ def test_a_crowded_worker_keeps_its_wait_more_in_hand() -> None:
 def test_a_cut_fits_the_audio_left_and_gains_ground() -> None:
     pacing = paced(cost=Cost(fixed=0.3, per_char=0.03))
     # 1.05 s left, less the 0.15 s margin: 0.9 s, of which 0.3 fixed: 20 characters.
-    assert pacing.fit(1.05) == Fit(most=20, least=9)
+    # With a second left, the next word comes in time: no lone word (see below).
+    assert pacing.fit(1.05) == Fit(most=20, least=9, lone=False)
     # Critical: two thirds of the margin, 0.95 s, of which 0.3 fixed: 21 characters.
-    assert pacing.fit(1.05, critical=True) == Fit(most=21, least=9)
+    assert pacing.fit(1.05, critical=True) == Fit(most=21, least=9, lone=False)
     # Until heard, 15 characters a second (0.067 s each): 0.3 / (0.067 - 0.03) -> 9. A voice
     # heard slower (0.1 s a character) gains ground sooner; a queue wait costs like the fixed.
     pacing.heard(chars=100, seconds=20.0)  # an average of 0.2 s, weighted in by a fifth
@@ -97,3 +98,41 @@ def test_an_engine_slower_than_real_time_keeps_whole_sentences() -> None:
     pacing = paced(cost=Cost(fixed=0.5, per_char=0.1))  # 0.1 s a character for ~0.067 heard
     assert pacing.urgency(0.0, 40) is Urgency.RELAXED
     assert pacing.cut_times(10.0, 40) == []
+
+
+def streamed(pacing: Pacing, tokens_per_s: float, pieces: int, piece: str = " word") -> float:
+    """Feed ``pieces`` deltas at ``tokens_per_s``, as a turn's first; returns the time after."""
+    for i in range(pieces):
+        pacing.arrived(piece, i / tokens_per_s, first=i == 0)
+    return pieces / tokens_per_s
+
+
+def test_the_lead_held_before_speaking_is_sized_from_the_text_rate() -> None:
+    """At 20 tokens a second a first clause starts at once; at 5 the turn waits for about a
+    phrase: cut as it comes, each word would be said on its own."""
+    fast, slow = paced(), paced()
+    streamed(fast, 20.0, 30, piece=" wor")  # 80 characters a second
+    streamed(slow, 5.0, 30, piece=" wor")  # 20
+    assert fast.start_lead() < 0.15
+    assert 1.2 < slow.start_lead() < 2.0
+    sure = 5  # "Sure,": 0.33 s of speech until heard
+    assert not fast.holds_start(sure)
+    assert slow.holds_start(sure) and slow.holds_start(18)
+    assert not slow.holds_start(30)  # 2 s of speech
+
+
+def test_text_slower_than_speech_adds_what_the_listener_would_lose() -> None:
+    """Text that arrives slower than it is spoken runs the listener dry however it is cut:
+    the lead grows by what it loses over ``HORIZON``."""
+    pacing = paced()
+    streamed(pacing, 5.0, 60, piece=" w")  # 10 characters a second; 15 are spoken until heard
+    lead = pacing.start_lead()
+    assert lead == pytest.approx(LEAD_CHARS / 10 - START_COVER + HORIZON * (1 - 10 / 15), rel=0.02)
+
+
+def test_a_lone_word_waits_for_the_next_only_where_it_is_due_in_time() -> None:
+    pacing = paced(cost=Cost(fixed=0.05, per_char=0.002))
+    streamed(pacing, 10.0, 12)  # 50 characters a second: the next word in ~0.12 s
+    assert not pacing.fit(0.2, critical=True).lone
+    streamed(pacing, 2.0, 12)  # 10 a second: the next word in ~0.6 s
+    assert pacing.fit(0.2, critical=True).lone

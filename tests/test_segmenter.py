@@ -405,3 +405,16 @@ def test_a_word_cut_never_ends_on_an_article_a_preposition_or_a_conjunction() ->
     seg = Segmenter()
     seg.feed("In the")
     assert seg.trial_first() is None
+
+
+def test_a_critical_cut_waits_for_the_next_word_rather_than_say_one_alone() -> None:
+    seg = Segmenter()
+    seg.feed("went thro")
+    fit = Fit(most=40, least=1, lone=False)
+    assert seg.next_segment(Urgency.CRITICAL, fit=fit) is None
+    seg.feed("ugh today ")
+    got = seg.next_segment(Urgency.CRITICAL, fit=fit)
+    assert got == Segment("went through today", Boundary.WORD)
+    seg.feed("morning and ")
+    lone = Fit(most=40, least=1, lone=True)
+    assert seg.next_segment(Urgency.CRITICAL, fit=lone) == Segment("morning", Boundary.WORD)

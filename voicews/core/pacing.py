@@ -15,12 +15,25 @@ from __future__ import annotations
 import math
 
 from ..text.segmenter import Fit, Urgency
+from .arrival import Arrival
 from .cost import DEFAULT_PRIOR, Cost
 
 # A timer set for a cut time finds the audio left equal to the guard give or take a rounding
 # (or fires a hair early): it still counts, or the cut would wait for the next text to come.
 _SLACK = 0.001
 _CHARS_PER_SECOND = 15.0  # English speech at speed 1, about, until heard
+LEAD_CHARS = 40
+"""Written characters a turn's text in hand should last while they arrive: a phrase of six or
+seven words, or a price streamed a digit a token. A later cut finds about that much waiting."""
+START_COVER = 0.4
+"""Seconds of that wait the first segment covers (its synthesis, its audio): at 20 tokens a
+second a first clause ("Sure,") starts at once, as it did without a lead."""
+WORD_CHARS = 6  # a word and the space after it, about
+LONE_WAIT = 0.1
+"""Seconds of silence worth risking for the next word rather than cutting a lone one."""
+HORIZON = 6.0
+"""Seconds of speech ahead over which text arriving slower than it is spoken is made up by
+starting later (a reply's rest is not known; this is a typical one)."""
 
 
 class Pacing:
@@ -35,6 +48,7 @@ class Pacing:
         self._backlog = 0.0
         self._late = 0.0
         self._audio_per_char = 1 / _CHARS_PER_SECOND
+        self._arrival = Arrival()
 
     def engine(self, cost: Cost, wait: float, idle: bool = False, backlog: float = 0.0) -> None:
         """The engine's cost as the compute worker measures it, the seconds segments (every
@@ -54,6 +68,27 @@ class Pacing:
         speed)."""
         if chars > 0 and seconds > 0:
             self._audio_per_char = 0.8 * self._audio_per_char + 0.2 * seconds / chars
+
+    def arrived(self, text: str, now: float, first: bool) -> None:
+        """A delta came at ``now``; ``first``: its turn's first."""
+        if first:
+            self._arrival.turn_started()
+        self._arrival.delta(text, now)
+
+    def start_lead(self) -> float:
+        """Seconds of audio a turn's text in hand should hold before it starts speaking: what
+        the next phrase takes to arrive at the rate the text comes (less what the first
+        segment's synthesis covers), and, where the text comes slower than it is spoken, what
+        the listener would otherwise lose over ``HORIZON``. At 20 tokens a second that is
+        less than a first clause; at 5, about a phrase."""
+        rates = self._arrival.rates
+        deficit = HORIZON * max(0.0, 1.0 - rates.spoken * self._audio_per_char)
+        return max(0.0, LEAD_CHARS / max(rates.written, 1.0) - START_COVER) + deficit
+
+    def holds_start(self, pending_chars: int) -> bool:
+        """Whether a turn with ``pending_chars`` (spoken) in hand should wait for more text
+        before its first segment: it would run dry before the next phrase could follow."""
+        return pending_chars * self._audio_per_char < self.start_lead()
 
     @property
     def idle(self) -> bool:
@@ -129,4 +164,7 @@ class Pacing:
         most = self._cost.chars_within(ahead + _SLACK - margin - wait)
         gain = self._audio_per_char - self._cost.per_char
         least = math.ceil((self._cost.fixed + wait) / gain) if gain > 0 else self._max_chars
-        return Fit(most=max(most, 0), least=least)
+        # The next word is due in about a word's time; with it the cut is a phrase.
+        word = WORD_CHARS / max(self._arrival.rates.written, 1.0)
+        lone = word + self.latency(self._max_chars // 10) - ahead > LONE_WAIT
+        return Fit(most=max(most, 0), least=least, lone=lone)

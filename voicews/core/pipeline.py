@@ -98,7 +98,10 @@ class TurnPipeline:
         self._shared.jobs.submit(request)
 
     def _feed(self, text: str, now: float) -> None:
+        first = self.turn.first_delta is None
         self.turn.feed(text, now)
+        if text.strip() or not first:
+            self._shared.pacing.arrived(text, now, first)
         self.pump(now)
 
     # --- results from the compute worker --------------------------------------------------
@@ -212,6 +215,9 @@ class TurnPipeline:
             pacing = self._shared.pacing
             first_chars = pacing.first_chars(self._speaking().options.speed)
             urgency, fit = self._urgency(now)
+            hold = urgency is Urgency.FIRST and turn.state is not TurnState.CLOSED
+            if hold and pacing.holds_start(turn.segmenter.next_spoken):
+                return  # text comes slowly: wait for enough in hand to go on from
             segment = turn.segmenter.next_segment(urgency, first_chars, fit)
             if segment is not None:
                 self._submit(segment, now)

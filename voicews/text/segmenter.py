@@ -90,10 +90,13 @@ class Segment:
 class Fit:
     """What the engine's cost allows an urgent cut: a piece of ``most`` characters (spoken,
     :func:`spoken_length`) is synthesized before the listener runs dry; one under ``least``
-    costs more time than the audio it gives."""
+    costs more time than the audio it gives. ``lone``: whether a critical cut may be a lone
+    word; where the next word is due soon enough, waiting for it is heard as less of a break
+    than a word said on its own."""
 
     most: int
     least: int
+    lone: bool = True
 
 
 def spoken_length(text: str) -> int:
@@ -256,7 +259,10 @@ class Segmenter:
         """The first sentence if its synthesis fits (a sentence costs what it costs), else
         the longest piece of it that fits, ending at a clause (at any word once critical) and
         long enough to gain ground. Critical with no such piece, the listener stalls however
-        the text is cut: the shortest piece that gains ground, else the best there is."""
+        the text is cut: the shortest piece that gains ground, else the best there is; but no
+        lone word unless ``fit.lone`` (None: wait for the next word)."""
+        if urgency is Urgency.CRITICAL and not fit.lone:
+            cuts = [c for c in cuts if c.words > 1]
         sentence = next((c for c in cuts if c.boundary is Boundary.SENTENCE), None)
         if sentence is not None:
             if sentence.spoken <= fit.most:
