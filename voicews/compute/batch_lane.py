@@ -63,7 +63,8 @@ class BatchLane:
 
     def _next(self, lane: int) -> tuple[Job | None, list[Job]]:
         """With the lock held: the job due first, the cancelled jobs to close, or (None, [])
-        once a batch is due (or the worker stops)."""
+        once a batch is due; when the worker stops, None and every queued job this lane may
+        close (a generation's generator must be finalized on the thread that made it)."""
         worker = self._worker
         while not worker._stopping:
             now = worker._clock()
@@ -74,7 +75,7 @@ class BatchLane:
             if due is not None and (due <= now or self._cancelled()):
                 return None, []
             worker._cond.wait(None if due is None else min(_POLL, due - now))
-        return None, []
+        return None, worker._plan.drain(lane)
 
     def _cancelled(self) -> bool:
         return any(job.cancelled for job in self._started)
