@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from bench.harness.connections import Turn
+from bench.listening.endings import Reference, end_pairs
 from bench.listening.figures import EndPair, Intonation, Listening, heard_stall_ms
 from bench.listening.phrasing import (
     char_deltas,
@@ -178,3 +179,21 @@ def test_ends_pooled_streamed_beside_whole() -> None:
     assert s.level_streamed == pytest.approx(-6.0) and s.level_whole == pytest.approx(-3.0)
     s = Intonation.of([*pairs, EndPair("v", 5.0, False, fall, flat, True, 0.0)])
     assert s.drop_streamed == pytest.approx(-4.0) and s.drop_whole == pytest.approx(0.0)  # medians
+
+
+@pytest.mark.slow
+def test_ends_of_a_real_reply_are_placed_and_measured() -> None:
+    """Piper speaks a sentence in two segments, as a server streams it: the first end is
+    mid-sentence, the second final, each beside the same words in the whole sentence."""
+    reference = Reference()
+    parts = ["Your table is ready,", "and the kitchen closes at ten."]
+    audio = [reference.whole(part)[0] for part in parts]
+    streamed = Turn("v", "test", 5.0, 0, sample_rate=reference.sample_rate)
+    streamed.segments = streamed.segment_spoken = parts
+    streamed.segment_starts = [0, audio[0].size]
+    streamed.pcm = (np.concatenate(audio) * 32767).astype("<i2").tobytes()
+    pairs = end_pairs(streamed, [" ".join(parts)], reference)
+    assert [p.sentence_final for p in pairs] == [False, True]
+    assert all(p.by_marks and p.streamed and p.whole for p in pairs)
+    assert len({p.key_st for p in pairs}) == 1 and not math.isnan(pairs[0].key_st)
+    assert end_pairs(streamed, ["Something else entirely."], reference) == []

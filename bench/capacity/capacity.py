@@ -33,7 +33,6 @@ import itertools
 import json
 import math
 import os
-import shlex
 import tempfile
 import time
 from collections.abc import Sequence
@@ -43,7 +42,7 @@ from pathlib import Path
 from bench.common import REPLIES, json_safe, source_version
 from bench.harness.connections import Turn
 from bench.harness.parts import log, measure_bursts, measure_sweep, measure_ttfa, warm_up
-from bench.harness.processes import CpuMark, ServerProcess, VoicewsProcess
+from bench.harness.processes import CpuMark, VoicewsProcess, servers_under_test
 from bench.harness.summaries import (
     STALL_MS,
     BurstSummary,
@@ -277,26 +276,13 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     return args
 
 
-def servers_of(args: argparse.Namespace, workdir: Path) -> list[ServerProcess]:
-    sessions = max(64, max(args.burst_ns + args.staggered_ns) + 8)
-    out: list[ServerProcess] = [VoicewsProcess(workdir, sessions)]
-    for baseline in args.baseline:
-        name = f"{VOICEWS}@{baseline.resolve().name}"
-        out.append(VoicewsProcess(workdir, sessions, name, source=baseline))
-    for variant in args.variant:
-        name, _, serve_args = variant.partition("=")
-        out.append(VoicewsProcess(workdir, sessions, name, args=shlex.split(serve_args)))
-    if not args.no_peer:
-        from bench.peer import WyomingProcess
-
-        out.append(WyomingProcess(workdir))
-    return out
-
-
 async def run(args: argparse.Namespace) -> None:
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="voicews-capacity-") as tmp:
-        servers = servers_of(args, Path(tmp))
+        sessions = max(64, max(args.burst_ns + args.staggered_ns) + 8)
+        servers = servers_under_test(
+            Path(tmp), sessions, args.baseline, args.variant, peer=not args.no_peer
+        )
         names = [s.name for s in servers]
         try:
             log(f"starting {', '.join(names)} ...")

@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import math
 import os
+import shlex
 import signal
 import socket
 import subprocess
@@ -208,3 +209,26 @@ class VoicewsProcess(ServerProcess):
     async def connect(self) -> Connection:
         url = f"ws://127.0.0.1:{self.port}/v1/realtime"
         return VoicewsConnection(await RealtimeClient.connect(url, open_timeout=30))
+
+
+def servers_under_test(
+    workdir: Path,
+    sessions: int,
+    baselines: Sequence[Path] = (),
+    variants: Sequence[str] = (),
+    peer: bool = True,
+) -> list[ServerProcess]:
+    """voicews; the voicews of other checkouts (``voicews@DIR``) and of this one with other
+    ``serve`` arguments (``NAME=ARGS``), for A/B runs in the same conditions; the peer last."""
+    out: list[ServerProcess] = [VoicewsProcess(workdir, sessions)]
+    for baseline in baselines:
+        name = f"{VoicewsProcess.name}@{baseline.resolve().name}"
+        out.append(VoicewsProcess(workdir, sessions, name, source=baseline))
+    for variant in variants:
+        name, _, serve_args = variant.partition("=")
+        out.append(VoicewsProcess(workdir, sessions, name, args=shlex.split(serve_args)))
+    if peer:
+        from bench.peer import WyomingProcess  # it builds on this module
+
+        out.append(WyomingProcess(workdir))
+    return out

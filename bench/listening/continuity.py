@@ -39,7 +39,7 @@ from pathlib import Path
 from bench.common import LISTENING_REPLIES, json_safe, rate_list, source_version
 from bench.harness.connections import Turn
 from bench.harness.parts import log, measure_bursts, measure_ttfa, warm_up
-from bench.harness.processes import CpuMark, ServerProcess, VoicewsProcess
+from bench.harness.processes import CpuMark, ServerProcess, VoicewsProcess, servers_under_test
 from bench.harness.summaries import Check, fmt, render
 from bench.listening.endings import Reference, end_pairs
 from bench.listening.figures import STALL_MS, EndPair, Intonation, Listening
@@ -197,19 +197,6 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     return args
 
 
-def servers_of(args: argparse.Namespace, workdir: Path) -> list[ServerProcess]:
-    sessions = max(64, args.burst + 8)
-    out: list[ServerProcess] = [VoicewsProcess(workdir, sessions)]
-    for baseline in args.baseline:
-        name = f"{VOICEWS}@{baseline.resolve().name}"
-        out.append(VoicewsProcess(workdir, sessions, name, source=baseline))
-    if not args.no_peer:
-        from bench.peer import WyomingProcess
-
-        out.append(WyomingProcess(workdir))
-    return out
-
-
 async def measure(
     args: argparse.Namespace, servers: list[ServerProcess]
 ) -> tuple[list[Turn], list[Turn], list[CpuMark]]:
@@ -303,7 +290,8 @@ async def run(args: argparse.Namespace) -> None:
     started = time.perf_counter()
     load0 = os.getloadavg()[0]
     with tempfile.TemporaryDirectory(prefix="voicews-continuity-") as tmp:
-        servers = servers_of(args, Path(tmp))
+        sessions = max(64, args.burst + 8)
+        servers = servers_under_test(Path(tmp), sessions, args.baseline, peer=not args.no_peer)
         try:
             alone, burst, marks = await measure(args, servers)
         finally:
