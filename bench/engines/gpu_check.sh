@@ -21,11 +21,12 @@
 set -euo pipefail
 
 # The server's imports beyond what the device's python3 has (numpy, onnx, onnxruntime,
-# msgpack): pinned as tested here, installed there with --no-deps.
+# msgpack): pinned as tested here, installed there with --no-deps (each found for CPython
+# 3.12 manylinux x86_64 in the package index here, `pip install --dry-run`, not packed yet).
 SERVER_WHEELS=(
   pydantic==2.14.4 pydantic-core==2.50.5 annotated-types==0.8.0 typing-inspection==0.4.5
   websockets==17.4 uvicorn==0.55.0 h11==0.16.0 click==8.5.1 prometheus-client==0.26.0
-  piper-tts==1.8.0 soxr==1.0.0 av==18.1.0 num2words==0.5.14 docopt==0.6.2
+  piper-tts==1.8.0 soxr==1.0.0 av==18.1.0 num2words==0.5.14
 )
 
 case "${1:-}" in
