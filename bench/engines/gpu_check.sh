@@ -50,6 +50,7 @@ case "${1:-}" in
       || echo "second process: exit $?"
     du -sh "$MLX_PTX_CACHE_DIR" || true   # the kernel cache's size on disk
     export VOICEWS_CACHE_DIR="$data" VOICEWS_MLX_MAX_BATCH="${VOICEWS_MLX_MAX_BATCH:-64}"
+    export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"   # the server runs from a scratch folder
     timeout 120 python3 -m bench gpu_load --n 1 16 64 256 --ready-limit 60 --out "$out/load" \
       --server-args --voice "$data/$(ls "$data" | grep '\.onnx$' | head -1)" \
       --max-waiting-per-address 1024 \
@@ -57,6 +58,7 @@ case "${1:-}" in
     ;;
   smoke)
     out="${OUT:-$(mktemp -d)}"
+    export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
     python3 bench/engines/mlx_ops_gpu.py --cpu-smoke --out "$out/first"
     python3 bench/engines/mlx_ops_gpu.py --cpu-smoke --out "$out/second" --startup
     python3 -m bench gpu_load --cpu-smoke --out "$out/load"
