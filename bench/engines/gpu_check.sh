@@ -33,7 +33,7 @@ case "${1:-}" in
   pack)
     cache="${VOICEWS_CACHE_DIR:-$HOME/.cache/voicews}"
     [ -d "$cache/mlx-piper" ] || { echo "no converted voice in $cache/mlx-piper: run the mlx-piper engine once" >&2; exit 1; }
-    onnx="$(python3 -c 'from voicews.engines.piper import bundled_voice as v; print(v())')"
+    onnx="$("${PYTHON:-python3}" -c 'from voicews.engines.piper import bundled_voice as v; print(v())')"  # PYTHON: the project's venv
     wheels=()
     for w in "${SERVER_WHEELS[@]}"; do wheels+=(--wheel "$w"); done
     "${GPU_KIT:-../shared/gpu}/pack.sh" "${wheels[@]}" --file "$cache/mlx-piper" \
