@@ -52,8 +52,7 @@ case "${1:-}" in
     export VOICEWS_CACHE_DIR="$data" VOICEWS_MLX_MAX_BATCH="${VOICEWS_MLX_MAX_BATCH:-64}"
     export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"   # the server runs from a scratch folder
     timeout 120 python3 -m bench gpu_load --n 1 16 64 256 --ready-limit 60 --out "$out/load" \
-      --server-args --voice "$data/$(ls "$data" | grep '\.onnx$' | head -1)" \
-      --max-waiting-per-address 1024 \
+      --server-args="--voice $data/$(ls "$data" | grep '\.onnx$' | head -1) --max-waiting-per-address 1024" \
       || echo "load run: exit $? (what it measured is in $out/load)"
     ;;
   smoke)
