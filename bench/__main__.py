@@ -83,6 +83,10 @@ SCENARIOS: dict[str, tuple[str, str]] = {
         "bench.engines.mlx_ops",
         "MLX operations and evals per window and per audio second, shipped decoder against now",
     ),
+    "mlx_cpu_ab": (
+        "bench.engines.mlx_cpu_ab",
+        "MLX Piper on this machine's MLX device, this checkout against a baseline, alternating",
+    ),
     "gpu_load": (
         "bench.engines.gpu_load",
         "a real server on an MLX engine: warm-up to ready, bursts of N conversations, batching",

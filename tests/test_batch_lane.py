@@ -197,3 +197,15 @@ def test_an_engine_that_does_not_batch_gets_the_plain_lane() -> None:
     finally:
         worker.stop()
     assert worker.stats.batches == 0 and engine.steps == [["one"], ["two"]]
+
+
+def test_stopping_closes_the_generators_of_windows_still_waiting() -> None:
+    engine, rec = Windowed(max_batch=8, batch_wait=30.0), Recorder()
+    worker = started(engine)
+    worker.submit(rec.speak("waits", "waiting", deadline=time.monotonic() + 60))
+    deadline = time.monotonic() + WAIT
+    while "waiting" not in engine.words:  # its window waits for company, 30 s at most
+        assert time.monotonic() < deadline
+        time.sleep(0.001)
+    worker.stop()
+    assert engine.steps == [] and engine.closed == ["waiting"]

@@ -30,6 +30,7 @@ from voicews.cache import cache_dir  # noqa: E402
 from voicews.client import RealtimeClient, SpokenTurn  # noqa: E402
 from voicews.compute.execution import ComputeWorker  # noqa: E402
 from voicews.engines.base import Engine, SynthesisOptions, WordStarts  # noqa: E402
+from voicews.engines.mlx_device import describe_device, keep_compiled_kernels  # noqa: E402
 from voicews.engines.mlx_piper import MlxPiperEngine  # noqa: E402
 from voicews.engines.mlx_piper.decode import (  # noqa: E402
     StreamingDecoder,
@@ -37,11 +38,7 @@ from voicews.engines.mlx_piper.decode import (  # noqa: E402
     streaming_windows,
     window_plan,
 )
-from voicews.engines.mlx_piper.engine import (  # noqa: E402
-    MlxConfig,
-    describe_device,
-    keep_compiled_kernels,
-)
+from voicews.engines.mlx_piper.engine import MlxConfig  # noqa: E402
 from voicews.engines.mlx_piper.model import PiperVits  # noqa: E402
 from voicews.engines.mlx_piper.weights import (  # noqa: E402
     _fold_weight_norm,

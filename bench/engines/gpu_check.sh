@@ -21,18 +21,19 @@
 set -euo pipefail
 
 # The server's imports beyond what the device's python3 has (numpy, onnx, onnxruntime,
-# msgpack): pinned as tested here, installed there with --no-deps.
+# msgpack): pinned as tested here, installed there with --no-deps (each found for CPython
+# 3.12 manylinux x86_64 in the package index here, `pip install --dry-run`, not packed yet).
 SERVER_WHEELS=(
   pydantic==2.14.4 pydantic-core==2.50.5 annotated-types==0.8.0 typing-inspection==0.4.5
   websockets==17.4 uvicorn==0.55.0 h11==0.16.0 click==8.5.1 prometheus-client==0.26.0
-  piper-tts==1.8.0 soxr==1.0.0 av==18.1.0 num2words==0.5.14 docopt==0.6.2
+  piper-tts==1.8.0 soxr==1.0.0 av==18.1.0 num2words==0.5.14
 )
 
 case "${1:-}" in
   pack)
     cache="${VOICEWS_CACHE_DIR:-$HOME/.cache/voicews}"
     [ -d "$cache/mlx-piper" ] || { echo "no converted voice in $cache/mlx-piper: run the mlx-piper engine once" >&2; exit 1; }
-    onnx="$(python3 -c 'from voicews.engines.piper import bundled_voice as v; print(v())')"
+    onnx="$("${PYTHON:-python3}" -c 'from voicews.engines.piper import bundled_voice as v; print(v())')"  # PYTHON: the project's venv
     wheels=()
     for w in "${SERVER_WHEELS[@]}"; do wheels+=(--wheel "$w"); done
     "${GPU_KIT:-../shared/gpu}/pack.sh" "${wheels[@]}" --file "$cache/mlx-piper" \
@@ -49,13 +50,14 @@ case "${1:-}" in
       || echo "second process: exit $?"
     du -sh "$MLX_PTX_CACHE_DIR" || true   # the kernel cache's size on disk
     export VOICEWS_CACHE_DIR="$data" VOICEWS_MLX_MAX_BATCH="${VOICEWS_MLX_MAX_BATCH:-64}"
+    export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"   # the server runs from a scratch folder
     timeout 120 python3 -m bench gpu_load --n 1 16 64 256 --ready-limit 60 --out "$out/load" \
-      --server-args --voice "$data/$(ls "$data" | grep '\.onnx$' | head -1)" \
-      --max-waiting-per-address 1024 \
+      --server-args="--voice $data/$(ls "$data" | grep '\.onnx$' | head -1) --max-waiting-per-address 1024" \
       || echo "load run: exit $? (what it measured is in $out/load)"
     ;;
   smoke)
     out="${OUT:-$(mktemp -d)}"
+    export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
     python3 bench/engines/mlx_ops_gpu.py --cpu-smoke --out "$out/first"
     python3 bench/engines/mlx_ops_gpu.py --cpu-smoke --out "$out/second" --startup
     python3 -m bench gpu_load --cpu-smoke --out "$out/load"

@@ -20,6 +20,7 @@ import asyncio
 import json
 import os
 import re
+import shlex
 import sys
 import tempfile
 import time
@@ -86,7 +87,7 @@ async def run(args: argparse.Namespace) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         workdir = Path(tmp)
         server = VoicewsProcess(
-            workdir, max(args.n), args=["--engine", args.engine, *args.server_args]
+            workdir, max(args.n), args=["--engine", args.engine, *shlex.split(args.server_args)]
         )
         launched = time.monotonic()
         await server.start(timeout=args.ready_limit)
@@ -124,7 +125,9 @@ def main() -> None:
     parser.add_argument("--rate", type=float, default=20.0, help="tokens a second")
     parser.add_argument("--ready-limit", type=float, default=240.0, help="seconds to ready")
     parser.add_argument("--out", type=Path)
-    parser.add_argument("--server-args", nargs="*", default=[], help="more `serve` options")
+    parser.add_argument(
+        "--server-args", default="", help='more `serve` options, one string: "--voice X.onnx"'
+    )
     parser.add_argument(
         "--cpu-smoke", action="store_true", help="MLX's CPU backend, batched decoder, N = 1, 2"
     )

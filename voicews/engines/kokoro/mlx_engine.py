@@ -48,9 +48,11 @@ class MlxKokoroEngine:
     sample_rate = SAMPLE_RATE
 
     def __init__(self, voice: str | None = None, *, cache_dir: Path | None = None) -> None:
+        from ..mlx_device import describe_device, keep_compiled_kernels
+
+        keep_compiled_kernels(cache_dir)
         import mlx.core as mx
 
-        from ..mlx_piper.engine import describe_device
         from .mlx_model import Kokoro
         from .mlx_weights import load_weights
 
