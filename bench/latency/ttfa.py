@@ -182,7 +182,10 @@ async def measure_variant(
     server = None
     if url is None:
         assert variant.session is not None
-        server = VoicewsServer(ServerConfig(port=0, session=variant.session, lanes=variant.lanes))
+        config = ServerConfig(
+            port=0, engine=args.engine, session=variant.session, lanes=variant.lanes
+        )
+        server = VoicewsServer(config)
         await server.start()
         url = server.url
     try:
@@ -263,6 +266,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         action="store_true",
         help="open a new connection per run (default: one per rate, new turn ids)",
     )
+    parser.add_argument("--engine", default=ServerConfig().engine, help="in-process server's")
     parser.add_argument("--idle-flush-ms", type=int, help="SessionConfig.idle_flush_ms")
     parser.add_argument("--stall-guard-ms", type=int, help="SessionConfig.stall_guard_ms")
     parser.add_argument("--first-words", type=int, help="SegmenterConfig.first_words")
@@ -284,6 +288,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     if args.repeats < 1:
         parser.error("--repeats must be at least 1")
     overrides = (args.idle_flush_ms, args.stall_guard_ms, args.first_words)
+    if args.url and args.engine != ServerConfig().engine:
+        parser.error("--engine needs the in-process server; drop --url")
     if args.url and (any(v is not None for v in overrides) or args.compare_first_words):
         parser.error("config overrides need the in-process server; drop --url")
     if args.first_words is not None and args.compare_first_words:
