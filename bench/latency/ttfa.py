@@ -92,7 +92,10 @@ class Variant:
 
     @property
     def first_words(self) -> str:
-        return "?" if self.session is None else str(self.session.segmenter.first_words)
+        if self.session is None:
+            return "?"
+        words = self.session.segmenter.first_words
+        return "the engine's" if words is None else str(words)
 
 
 @dataclass(frozen=True, slots=True)
@@ -228,7 +231,8 @@ def session_config(
 
 def describe(config: SessionConfig) -> str:
     return (
-        f"first_words={config.segmenter.first_words} idle_flush_ms={config.idle_flush_ms} "
+        f"first_words={config.segmenter.first_words or 'the engine'} "
+        f"idle_flush_ms={config.idle_flush_ms} "
         f"stall_guard_ms={config.stall_guard_ms}"
     )
 
@@ -385,7 +389,7 @@ def write_json(path: Path, args: argparse.Namespace, results: Results, version: 
     path.write_text(json.dumps(json_safe(payload), indent=2) + "\n")
 
 
-def _session_fields(config: SessionConfig) -> dict[str, int]:
+def _session_fields(config: SessionConfig) -> dict[str, int | None]:
     return {
         "first_words": config.segmenter.first_words,
         "max_chars": config.segmenter.max_chars,
