@@ -132,6 +132,14 @@ async def test_each_session_speaks_its_own_voice(kokoro: VoicewsServer) -> None:
     assert default.pcm == heart.pcm  # the other session kept the default; and deterministic
 
 
+async def test_a_turns_first_segment_is_one_word(client: RealtimeClient) -> None:
+    """Kokoro's inference costs about 0.5 s however short: a second word in the first segment
+    adds its wait and its cost, not audio in time (``voicews.core.cost.FIRST_WORDS``)."""
+    turn = await client.speak("Thanks for waiting, the table is ready.", tokens_per_s=20,
+                              timeout=timeout(120))  # fmt: skip
+    assert not turn.errors and turn.segments[0].text.strip() == "Thanks"
+
+
 async def test_an_unknown_voice_is_refused_naming_the_voices(client: RealtimeClient) -> None:
     await client.session_update(voice="alloy")
     error = await client.recv(timeout(5))

@@ -26,6 +26,7 @@ from .app import AppConfig, VoicewsApp
 from .compute.execution import ComputeWorker
 from .core.config import SessionConfig
 from .core.conversation import AgentConfig
+from .core.cost import FIRST_WORDS
 from .engines import engine_factory, engine_voices
 from .protocol import REALTIME_PATH
 from .transport import (
@@ -132,6 +133,9 @@ class VoicewsServer:
         await asyncio.to_thread(self.worker.start)
         voices = engine_voices(self.config.engine, self.config.voice)
         session = replace(self.config.session, voices=voices)
+        if session.segmenter.first_words is None:
+            words = FIRST_WORDS.get(self.config.engine)
+            session = replace(session, segmenter=replace(session.segmenter, first_words=words))
         agent = None
         if self.config.agent_model is not None:
             agent = AgentBackend(self.config.agent_model)

@@ -93,7 +93,10 @@ class Variant:
 
     @property
     def first_words(self) -> str:
-        return "?" if self.session is None else str(self.session.segmenter.first_words)
+        if self.session is None:
+            return "?"
+        words = self.session.segmenter.first_words
+        return "the engine's" if words is None else str(words)
 
 
 @dataclass(frozen=True, slots=True)
@@ -183,7 +186,10 @@ async def measure_variant(
     server = None
     if url is None:
         assert variant.session is not None
-        server = VoicewsServer(ServerConfig(port=0, session=variant.session, lanes=variant.lanes))
+        config = ServerConfig(
+            port=0, engine=args.engine, session=variant.session, lanes=variant.lanes
+        )
+        server = VoicewsServer(config)
         await server.start()
         url = server.url
     try:
@@ -226,7 +232,8 @@ def session_config(
 
 def describe(config: SessionConfig) -> str:
     return (
-        f"first_words={config.segmenter.first_words} idle_flush_ms={config.idle_flush_ms} "
+        f"first_words={config.segmenter.first_words or 'the engine'} "
+        f"idle_flush_ms={config.idle_flush_ms} "
         f"stall_guard_ms={config.stall_guard_ms}"
     )
 
@@ -264,6 +271,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         action="store_true",
         help="open a new connection per run (default: one per rate, new turn ids)",
     )
+    parser.add_argument("--engine", default=ServerConfig().engine, help="in-process server's")
     parser.add_argument("--idle-flush-ms", type=int, help="SessionConfig.idle_flush_ms")
     parser.add_argument("--stall-guard-ms", type=int, help="SessionConfig.stall_guard_ms")
     parser.add_argument("--first-words", type=int, help="SegmenterConfig.first_words")
@@ -285,6 +293,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     if args.repeats < 1:
         parser.error("--repeats must be at least 1")
     overrides = (args.idle_flush_ms, args.stall_guard_ms, args.first_words)
+    if args.url and args.engine != ServerConfig().engine:
+        parser.error("--engine needs the in-process server; drop --url")
     if args.url and (any(v is not None for v in overrides) or args.compare_first_words):
         parser.error("config overrides need the in-process server; drop --url")
     if args.first_words is not None and args.compare_first_words:
@@ -380,7 +390,7 @@ def write_json(path: Path, args: argparse.Namespace, results: Results, version: 
     path.write_text(json.dumps(json_safe(payload), indent=2) + "\n")
 
 
-def _session_fields(config: SessionConfig) -> dict[str, int]:
+def _session_fields(config: SessionConfig) -> dict[str, int | None]:
     return {
         "first_words": config.segmenter.first_words,
         "max_chars": config.segmenter.max_chars,

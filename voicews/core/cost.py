@@ -45,6 +45,16 @@ now, took 0.51-0.79 of that graph's compute per second of audio in three paired 
 (``python -m bench kokoro_ab``, busy machine), and a two-word segment 0.6 of its time."""
 DEFAULT_PRIOR = PRIORS["piper"]
 
+FIRST_WORDS = {"kokoro": 1}
+"""Words in a turn's first segment when no clause comes sooner, for the engines whose cost
+curve warrants other than the segmenter's two. Kokoro's inference costs about 0.5 s however
+short (``python -m bench kokoro_cost``, two busy cores: 507 ms + 21.7 ms a character), so a
+second word only adds its token's wait and its characters' cost: ``python -m bench ttfa
+--engine kokoro --compare-first-words``, two runs in opposite orders, one word against two:
+first audio median 456 and 613 against 1207 and 1032 ms, p95 1323 and 988 against 1974 and
+1875 ms, stall median 299 and 201 against 759 and 287 ms (largest 1676 and 2300 against 1893
+and 1689 ms)."""
+
 WINDOW = 32
 """Samples the fit is taken over: the recent ones, as the machine's load drifts."""
 HORIZON = 30.0

@@ -128,8 +128,15 @@ def _read_url(match: re.Match[str]) -> str:
 
 @dataclass(frozen=True, slots=True)
 class SegmenterConfig:
-    first_words: int = 2
-    """Words in the first segment when no clause boundary comes sooner."""
+    first_words: int | None = None
+    """Words in the first segment when no clause boundary comes sooner; None: the engine's
+    (``voicews.core.cost.FIRST_WORDS``), two where it names none."""
+
+    @property
+    def words_first(self) -> int:
+        """:attr:`first_words`, or two."""
+        return 2 if self.first_words is None else self.first_words
+
     idle_clause_words: int = 4
     """Least words in a clause cut while the compute is idle (:attr:`Urgency.IDLE`): "Sure,"
     alone is not worth an inference of its own."""
@@ -194,7 +201,7 @@ class Segmenter:
         if urgency is Urgency.FIRST:
             least = 0 if self._closed else min(first_chars, cap)  # closed: all there will be
             for cut in cuts:
-                first = cut.boundary >= Boundary.CLAUSE or cut.words >= self.config.first_words
+                first = cut.boundary >= Boundary.CLAUSE or cut.words >= self.config.words_first
                 # Never past a sentence end: the engine stops there anyway, and a word cut
                 # beyond it ("fit. The") is heard.
                 if first and (cut.spoken >= least or cut.boundary is Boundary.SENTENCE):
@@ -239,7 +246,7 @@ class Segmenter:
             return None
         if words[-1].lower() in _BINDS_FORWARD:
             return None  # "In the" is no phrase: wait for its noun
-        if len(words) < self.config.first_words or len(text) > self.config.max_chars:
+        if len(words) < self.config.words_first or len(text) > self.config.max_chars:
             return None
         return Segment(text, Boundary.WORD) if spoken_length(text) >= first_chars else None
 

@@ -89,13 +89,7 @@ def measure(
 ) -> Ranges:
     """Run ``sentences`` in ``voices`` (all shipped ones by default) through ``graph``, the
     model with the convolutions to quantize in float, and keep the ranges of ``tensors``."""
-    from onnxruntime.quantization import CalibrationDataReader, CalibrationMethod, create_calibrator
-
-    feeds = _feeds(voices, tuple(sentences))
-
-    class Reader(CalibrationDataReader):  # type: ignore[misc]
-        def get_next(self) -> dict[str, Any] | None:
-            return next(feeds, None)
+    from onnxruntime.quantization import CalibrationMethod, create_calibrator
 
     wanted = set(tensors)
     with tempfile.TemporaryDirectory(prefix="voicews-calibration-") as tmp:
@@ -103,7 +97,7 @@ def measure(
             graph, ["Conv"], augmented_model_path=str(Path(tmp) / "augmented.onnx"),
             calibrate_method=CalibrationMethod.MinMax,
         )  # fmt: skip
-        calibrator.collect_data(Reader())
+        calibrator.collect_data(reader(voices, sentences))
         measured = calibrator.compute_data()
     ranges = {}
     for name in wanted:
@@ -119,6 +113,19 @@ def _floats(values: Any) -> list[float]:
 
 def _array(values: list[float]) -> np.ndarray[Any, Any]:
     return np.array(values, dtype=np.float32)
+
+
+def reader(voices: Iterable[str] | None = None, sentences: Iterable[str] = CALIBRATION) -> Any:
+    """onnxruntime's calibration reader over ``sentences`` in ``voices`` (every shipped one)."""
+    from onnxruntime.quantization import CalibrationDataReader
+
+    feeds = _feeds(voices, tuple(sentences))
+
+    class Reader(CalibrationDataReader):  # type: ignore[misc]
+        def get_next(self) -> dict[str, Any] | None:
+            return next(feeds, None)
+
+    return Reader()
 
 
 def _feeds(voices: Iterable[str] | None, sentences: tuple[str, ...]) -> Iterator[dict[str, Any]]:

@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from ...cache import cache_dir, file_key, write_atomically
-from .calibration import CALIBRATION, Ranges, measure, sha256, shipped
+from .calibration import CALIBRATION, Ranges, measure, reader, sha256, shipped
 
 log = logging.getLogger(__name__)
 
@@ -59,27 +59,27 @@ def float_graph(model: Path) -> Path:
     return out
 
 
-def static_graph(model: Path, ranges: Ranges | None = None) -> Path:
+def static_graph(model: Path) -> Path:
     """``model`` with the generator's residual convolutions (:data:`STATIC`) quantized
-    statically, made once into the cache: from ``ranges``, by default the shipped ones
-    (:mod:`.calibration`; seconds), or measured first where they are for another model or
-    this onnxruntime cannot take them (minutes)."""
+    statically, made once into the cache from the shipped ranges (:mod:`.calibration`;
+    seconds), or calibrated where those are another model's or this onnxruntime cannot take
+    them (minutes)."""
     out = _derived(model, "static")
     if out.is_file():
         return out
     proto, convolutions = _generator_in_float(model)
     partial = out.with_name(f"{out.name}.float{os.getpid()}")
     tmp = out.with_name(f"{out.name}.tmp{os.getpid()}")
+    ranges = shipped()
+    usable = ranges.model_sha256 == sha256(model) and _takes_ranges()
+    if not usable:
+        log.warning(
+            "calibrating Kokoro's static graph, once (minutes on two cores): the shipped "
+            "ranges are another model's, or this onnxruntime cannot take them"
+        )
     try:
         write_atomically(partial, proto.SerializeToString())
-        if ranges is None:
-            ranges, digest = shipped(), sha256(model)
-            if ranges.model_sha256 != digest or not _takes_ranges():
-                log.warning("measuring the ranges of Kokoro's static graph, once (minutes on "
-                            "two cores): the shipped ones are for another model, or this "
-                            "onnxruntime cannot take them")  # fmt: skip
-                ranges = measure(partial, digest, _activations(convolutions))
-        _quantize(partial, tmp, ranges, [n.name for n in convolutions])
+        _quantize(partial, tmp, ranges if usable else None, [n.name for n in convolutions])
         tmp.replace(out)
     finally:
         partial.unlink(missing_ok=True)
@@ -122,18 +122,23 @@ def _takes_ranges() -> bool:
     return "calibration_cache_path" in inspect.signature(quantize_static).parameters
 
 
-def _quantize(partial: Path, out: Path, ranges: Ranges, convolutions: list[str]) -> None:
+def _quantize(partial: Path, out: Path, ranges: Ranges | None, convolutions: list[str]) -> None:
+    """Quantize ``convolutions`` of ``partial`` into ``out``: with ``ranges``, or calibrating
+    (every calibration sentence in every voice) where there are none."""
     from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_static
 
     with tempfile.TemporaryDirectory(prefix="voicews-kokoro-") as tmp:
-        cache = Path(tmp) / "ranges.json"
-        ranges.cache_file(cache)
+        options: dict[str, Any] = {"calibration_data_reader": reader()}
+        if ranges is not None:
+            cache = Path(tmp) / "ranges.json"
+            ranges.cache_file(cache)
+            options = {"calibration_data_reader": None, "calibration_cache_path": cache}
         quantize_static(
-            str(partial), str(out), None,
+            str(partial), str(out),
             quant_format=QuantFormat.QOperator, op_types_to_quantize=["Conv"], per_channel=True,
             nodes_to_quantize=convolutions,
             activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8,
-            calibrate_method=CalibrationMethod.MinMax, calibration_cache_path=cache,
+            calibrate_method=CalibrationMethod.MinMax, **options,
         )  # fmt: skip
 
 
