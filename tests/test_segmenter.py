@@ -418,3 +418,11 @@ def test_a_critical_cut_waits_for_the_next_word_rather_than_say_one_alone() -> N
     seg.feed("morning and ")
     lone = Fit(most=40, least=1, lone=True)
     assert seg.next_segment(Urgency.CRITICAL, fit=lone) == Segment("morning", Boundary.WORD)
+
+
+def test_a_critical_cut_takes_the_next_word_in_hand_rather_than_leave_one_alone() -> None:
+    seg = Segmenter()
+    seg.feed("not blocked.")
+    seg.close()
+    got = seg.next_segment(Urgency.CRITICAL, fit=Fit(most=4, least=1, lone=True))
+    assert got == Segment("not blocked.", Boundary.SENTENCE)
