@@ -267,9 +267,11 @@ class TurnPipeline:
             self._synthesized(job, now)
 
     def _submit(self, segment: Segment, now: float, trial: bool = False) -> None:
-        turn, jobs = self.turn, self._shared.jobs
+        turn, shared, jobs = self.turn, self._shared, self._shared.jobs
         first = not turn.first_submitted
-        end = turn.listener.end
+        # Due when the listener runs dry: the audio sent and the audio still queued for the
+        # socket (a short first segment's, just made, has not gone out yet).
+        end = now + turn.listener.left(now) + shared.outbox.samples / turn.listener.sample_rate
         speaking = self._speaking()
         options = speaking.options
         # URLs are read shortened to their host and path, one word each still.
@@ -286,7 +288,7 @@ class TurnPipeline:
             text=text if reading is None else reading.spoken,
             options=replace(options, eager=options.eager or first, then=then),
             first=first,
-            deadline=now if first or end is None else end,
+            deadline=now if first else end,
             submitted_at=now,
         )
         turn.in_flight = InFlight(request.job_id, segment, now, reading, trial=trial)
