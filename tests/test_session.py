@@ -754,7 +754,7 @@ def test_a_format_update_applies_from_the_next_turn_and_a_refused_one_changes_no
 
 
 def test_a_short_first_segments_next_is_due_when_its_audio_runs_out() -> None:
-    """"Hmm," is short by design: the next segment, asked for as soon as it is made, is due
+    """ "Hmm," is short by design: the next segment, asked for as soon as it is made, is due
     when its audio ends (queued for the socket, not yet sent), not at once."""
     s = make(idle_flush_ms=10_000)
     s.load(0.0, COST)
