@@ -30,7 +30,7 @@ FIRST_AUDIO = 0.4
 so at 20 tokens a second (four times as fast as it is spoken) it starts at once, as it did
 without a lead."""
 WORD_CHARS = 6  # a word and the space after it, about
-LONE_WAIT = 0.1
+LONE_WAIT = 0.15
 """Seconds of silence worth risking for the next word rather than cutting a lone one."""
 HORIZON = 6.0
 """Seconds of speech ahead over which text arriving slower than it is spoken is made up by
