@@ -572,23 +572,3 @@ def test_two_piper_lanes_keep_each_jobs_words_its_own() -> None:
         assert len(placed.samples) == len(text.split())
         assert list(placed.samples) == sorted(placed.samples)
 
-
-def test_a_long_segment_starts_before_a_short_one_due_as_soon_by_its_compute(
-    worker: ComputeWorker, engine: Costed, clock: FakeClock
-) -> None:
-    """The planner orders by when a job must start: its due time less the compute of its
-    characters to its first audio. A turn's second segment of 100 characters (0.4 s of
-    compute at the prior's 4 ms each), due 0.35 s from now when a short first segment runs
-    out, starts before another turn's first segment of 10, due 0.2 s from now."""
-    rec = Recorder()
-    gate = hold(worker, engine, rec)
-    now = clock()
-    first = rec.speak("first", "short", first=True, deadline=now)
-    first.chars = 10
-    second = rec.speak("second", "long", deadline=now + 0.35)
-    second.chars = 100
-    worker.submit(first)
-    worker.submit(second)
-    gate.go.set()
-    rec.wait(3)
-    assert engine.computed == ["hold", "long", "short"]

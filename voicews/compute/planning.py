@@ -1,9 +1,8 @@
 """Which job runs next, and what the queue tells the sessions: no threads, no clock.
 
 It plans rather than ranks: every queued job is due at a time (when its listener runs dry;
-for a turn's first segment, ``FIRST_AUDIO_TARGET`` after it was asked for) and the job that
-must start first to be on time (due, less the compute of its characters) runs next, one step
-at a time. So a listener about to run dry goes before a first audio
+for a turn's first segment, ``FIRST_AUDIO_TARGET`` after it was asked for) and the job due
+first runs next, one step at a time. So a listener about to run dry goes before a first audio
 that can wait a little, and a first audio before a listener with seconds in hand; a running
 job is resumed step by step, and a job due sooner overtakes it at its next step.
 
@@ -98,8 +97,7 @@ class Planner:
         startable = (
             job for job in self.queue if job._lane in (None, lane) and self._may_start(job, now)
         )
-        per_char = self.costs.estimate(now).per_char
-        job = min(startable, key=lambda j: _start_by(j, per_char), default=None)  # ties: FIFO
+        job = min(startable, key=Job.due, default=None)  # ties: the one queued first
         if job is None:
             return None, []
         self.queue.remove(job)
@@ -142,11 +140,3 @@ class Planner:
         if more:
             job.deadline += job.deadline_step
             self.queue.append(job)
-
-
-def _start_by(job: Job, per_char: float) -> float:
-    """When ``job`` must start to give its first audio when due: a long segment starts
-    earlier than a short one due as soon, by the compute its characters cost (the fixed part
-    is every segment's alike). A turn's second segment, due when a short first one ("Hmm,")
-    runs out, goes before the first segments asked for meanwhile that can take less."""
-    return job.due() - (0.0 if job._sounded else per_char * job.chars)
