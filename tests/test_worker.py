@@ -571,4 +571,3 @@ def test_two_piper_lanes_keep_each_jobs_words_its_own() -> None:
         (placed,) = [e.starts for e in rec.of(name) if isinstance(e, JobWords)]
         assert len(placed.samples) == len(text.split())
         assert list(placed.samples) == sorted(placed.samples)
-
