@@ -138,3 +138,12 @@ def test_a_lone_word_waits_for_the_next_only_where_it_is_due_in_time() -> None:
     assert not pacing.fit(0.2, critical=True).lone
     streamed(pacing, 2.0, 12)  # 10 a second: the next word in ~0.6 s
     assert pacing.fit(0.2, critical=True).lone
+
+
+def test_calm_while_nothing_waits_for_the_worker() -> None:
+    pacing = paced()
+    assert pacing.calm
+    pacing.engine(COST, 0.0, backlog=0.3)  # first segments asked for now would wait
+    assert not pacing.calm
+    pacing.engine(COST, 0.2)  # segments waited lately
+    assert not pacing.calm

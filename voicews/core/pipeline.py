@@ -277,9 +277,9 @@ class TurnPipeline:
         # URLs are read shortened to their host and path, one word each still.
         text = speakable(segment.text)
         # Mid-sentence, the engine says the next word too and cuts it off: the segment ends
-        # as its sentence goes on, not with a statement's fall. Not a turn's first: its first
-        # audio would wait for the word's compute.
-        mid = segment.boundary is not Boundary.SENTENCE and not first
+        # as its sentence goes on, not with a statement's fall. Not a turn's first (its first
+        # audio would wait for the word's compute), nor while listeners wait for the worker.
+        mid = segment.boundary is not Boundary.SENTENCE and not first and shared.pacing.calm
         then = turn.segmenter.next_word if mid else ""
         reading = None if speaking.reading is None else read(text, speaking.reading)
         request = SynthesisRequest(
