@@ -206,11 +206,14 @@ class Segmenter:
         cap = self.config.max_chars
         if urgency is Urgency.FIRST:
             least = 0 if self._closed else min(first_chars, cap)  # closed: all there will be
-            for cut in cuts:
+            for index, cut in enumerate(cuts):
                 first = cut.boundary >= Boundary.CLAUSE or cut.words >= self.config.first_words
                 # Never past a sentence end: the engine stops there anyway, and a word cut
                 # beyond it ("fit. The") is heard.
                 if first and (cut.spoken >= least or cut.boundary is Boundary.SENTENCE):
+                    ends = cuts[index + 1] if index + 1 < len(cuts) else None
+                    if least and ends is not None and _one_word_short(cut, ends, cap):
+                        cut = ends  # "... the depot right now.", not "now." alone after it
                     return self._take(cut) if cut.chars <= cap else self._oversize(cuts)
             if len(self._buf.strip()) <= cap:
                 return None
@@ -370,6 +373,16 @@ class Segmenter:
                 phrase = after.lstrip(_OPENERS).lower() in _PHRASE_STARTS
                 cuts.append(_Cut(end, boundary, words, end - lead, spoken, phrase))
         return cuts
+
+
+def _one_word_short(cut: _Cut, then: _Cut, cap: int) -> bool:
+    """Whether ``cut``, at a word, is one word short of a clause or sentence end in hand."""
+    return (
+        cut.boundary is Boundary.WORD
+        and then.boundary >= Boundary.CLAUSE
+        and then.words == cut.words + 1
+        and then.chars <= cap
+    )
 
 
 def _classify(token: str) -> Boundary | None:
