@@ -18,6 +18,10 @@ SCENARIOS: dict[str, tuple[str, str]] = {
         "bench.latency.pacing_ab",
         "listening continuity, this checkout against another: stalls, one-word segments",
     ),
+    "pacing_sim": (
+        "bench.latency.pacing_sim",
+        "listening continuity in simulated time: one conversation at 5/10/20 tok/s, deterministic",
+    ),
     "compare": (
         "bench.latency.compare",
         "voicews against wyoming-piper in one run: first audio, concurrency, memory",

@@ -356,3 +356,15 @@ async def test_say_streams_stdin_as_it_arrives(server: VoicewsServer, tmp_path: 
     assert proc.returncode == 0, stderr.decode()
     with wave.open(str(out)) as wav:
         assert wav.getnframes() > 22050
+
+
+async def test_a_short_first_segment_is_followed_by_audio_not_silence(
+    client: RealtimeClient,
+) -> None:
+    """ "Hmm," is short by design (the first clause, for the earliest audio): the next segment
+    is computed before it runs out, so the listener hears no gap after it."""
+    text = "Hmm, let me check that for you. It should only take a moment."
+    turn = await client.speak(text, tokens_per_s=20, timeout=timeout(30))
+    assert_intact(turn)
+    assert turn.segments[0].text == "Hmm,"
+    assert turn.stall() < 0.1  # an audible gap; none on a quiet machine

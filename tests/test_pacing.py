@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from voicews.core.cost import DEFAULT_PRIOR, Cost
-from voicews.core.pacing import HORIZON, LEAD_CHARS, START_COVER, Pacing
+from voicews.core.pacing import FIRST_AUDIO, HORIZON, LEAD_CHARS, Pacing
 from voicews.text.segmenter import Fit, Urgency
 
 COST = Cost(fixed=0.1, per_char=0.005)
@@ -127,7 +127,9 @@ def test_text_slower_than_speech_adds_what_the_listener_would_lose() -> None:
     pacing = paced()
     streamed(pacing, 5.0, 60, piece=" w")  # 10 characters a second; 15 are spoken until heard
     lead = pacing.start_lead()
-    assert lead == pytest.approx(LEAD_CHARS / 10 - START_COVER + HORIZON * (1 - 10 / 15), rel=0.02)
+    speech = 10 / 15  # seconds of speech arriving a second
+    expected = LEAD_CHARS / 10 - FIRST_AUDIO * speech + HORIZON * (1 - speech)
+    assert lead == pytest.approx(expected, rel=0.02)
 
 
 def test_a_lone_word_waits_for_the_next_only_where_it_is_due_in_time() -> None:
@@ -136,3 +138,12 @@ def test_a_lone_word_waits_for_the_next_only_where_it_is_due_in_time() -> None:
     assert not pacing.fit(0.2, critical=True).lone
     streamed(pacing, 2.0, 12)  # 10 a second: the next word in ~0.6 s
     assert pacing.fit(0.2, critical=True).lone
+
+
+def test_calm_while_nothing_waits_for_the_worker() -> None:
+    pacing = paced()
+    assert pacing.calm
+    pacing.engine(COST, 0.0, backlog=0.3)  # first segments asked for now would wait
+    assert not pacing.calm
+    pacing.engine(COST, 0.2)  # segments waited lately
+    assert not pacing.calm

@@ -418,3 +418,20 @@ def test_a_critical_cut_waits_for_the_next_word_rather_than_say_one_alone() -> N
     seg.feed("morning and ")
     lone = Fit(most=40, least=1, lone=True)
     assert seg.next_segment(Urgency.CRITICAL, fit=lone) == Segment("morning", Boundary.WORD)
+
+
+def test_a_critical_cut_takes_the_next_word_in_hand_rather_than_leave_one_alone() -> None:
+    seg = Segmenter()
+    seg.feed("not blocked.")
+    seg.close()
+    got = seg.next_segment(Urgency.CRITICAL, fit=Fit(most=4, least=1, lone=True))
+    assert got == Segment("not blocked.", Boundary.SENTENCE)
+
+
+def test_a_first_segment_one_word_short_of_a_sentence_end_in_hand_takes_it() -> None:
+    """A first segment held for a lead ends where the lead is met; a sentence end one word
+    later, in hand, is taken too rather than left as a segment of one word."""
+    seg = Segmenter()
+    seg.feed("Your package is at the depot right now. The dri")
+    got = seg.next_segment(Urgency.FIRST, first_chars=30)
+    assert got == Segment("Your package is at the depot right now.", Boundary.SENTENCE)

@@ -751,3 +751,18 @@ def test_a_format_update_applies_from_the_next_turn_and_a_refused_one_changes_no
     frames = spoken(s, "t3", 0.3)
     assert {f.samples for f in frames} == {960}  # one 20 ms Opus packet per frame
     assert abs(sum(f.samples for f in frames) - 0.5 * 48000) < 0.1 * 48000
+
+
+def test_a_short_first_segments_next_is_due_when_its_audio_runs_out() -> None:
+    """ "Hmm," is short by design: the next segment, asked for as soon as it is made, is due
+    when its audio ends (queued for the socket, not yet sent), not at once."""
+    s = make(idle_flush_ms=10_000)
+    s.load(0.0, COST)
+    apply(s, TurnReset(turn_id="t1"), 0.0)
+    apply(s, TextDelta(text="Hmm, let me see about that. "), 0.0)
+    first = one(s)
+    assert first.text == "Hmm,"
+    synthesize(s, first, 0.4, 0.1)  # made at 0.1; nothing sent yet
+    second = one(s)
+    assert second.text == "let me see about that."
+    assert second.deadline == pytest.approx(0.1 + 0.4 - 0.008, abs=0.001)  # less the tail held

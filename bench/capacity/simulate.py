@@ -217,7 +217,7 @@ class Simulation:
         for job_id in session.take_cancellations():
             if (cancelled := conv.jobs.pop(job_id, None)) is not None:
                 cancelled.job.cancelled = True
-        session.load(self.waited(), self.costs.estimate(self.now))
+        session.load(self.waited(), *self.load())
         if conv.timer is not None:
             self._cancelled.add(conv.timer[1])
             conv.timer = None
@@ -225,6 +225,16 @@ class Simulation:
         if wake is not None and wake < self.now + 60:
             conv.timer = (wake, self.at(wake, lambda: self.tick(conv)))
         self.dispatch()
+
+    def load(self) -> tuple[Cost, bool, float]:
+        """The cost, whether a job asked for now starts at once, and the backlog a first
+        segment asked for now waits behind, as ``Planner.load`` tells them."""
+        cost = self.costs.estimate(self.now)
+        queued = [j for j in self.queue if not j.job.cancelled]
+        due = self.now + planning.FIRST_AUDIO_TARGET
+        ahead = [j for j in queued if j.job.due() <= due]
+        backlog = sum(cost.latency(j.chars) for j in ahead) / self.lanes
+        return cost, not queued and self.free > 0, backlog
 
     def tick(self, conv: SimSession) -> None:
         conv.timer = None

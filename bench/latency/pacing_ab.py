@@ -53,6 +53,7 @@ def row(name: str, rate: float, turns: Sequence[Turn]) -> list[str]:
 
 async def run(args: argparse.Namespace) -> None:
     started = time.perf_counter()
+    version = source_version()  # before the servers start: the code they import is this
     replies = REPLY_SETS[args.replies]
     with tempfile.TemporaryDirectory(prefix="voicews-pacing-") as tmp:
         servers: list[ServerProcess] = [VoicewsProcess(Path(tmp), 8)]
@@ -69,7 +70,7 @@ async def run(args: argparse.Namespace) -> None:
         finally:
             for server in servers:
                 server.stop()
-    print(f"voicews {source_version()}; {len(replies)} {args.replies} replies x {args.repeats}")
+    print(f"voicews {version}; {len(replies)} {args.replies} replies x {args.repeats}")
     print(f"other processes kept {other:.1f} cores busy on average (figures are as good as that)")
     header = ["tok/s", "server", "fa p50", "fa max", "stall med", "stall max", "stall>100",
               "1-word mid", "words/seg", "failed"]  # fmt: skip

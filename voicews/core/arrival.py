@@ -24,8 +24,8 @@ HALF_LIFE = 1.5
 MAX_GAP = 1.0
 """The most one gap between deltas counts for: a model calling a tool stops for seconds, which
 says little of how fast it writes once it writes again (the idle flush speaks what it has)."""
-PRIOR_WEIGHT = 0.3
-"""Seconds the prior counts for: a second of text at 5 tokens a second outweighs it."""
+PRIOR_WEIGHT = 0.1
+"""Seconds the prior counts for: two deltas at 5 tokens a second outweigh it, one at 20 does not."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -22,15 +22,19 @@ from .cost import DEFAULT_PRIOR, Cost
 # (or fires a hair early): it still counts, or the cut would wait for the next text to come.
 _SLACK = 0.001
 _CHARS_PER_SECOND = 15.0  # English speech at speed 1, about, until heard
-LEAD_CHARS = 40
-"""Written characters a turn's text in hand should last while they arrive: a phrase of six or
-seven words, or a price streamed a digit a token. A later cut finds about that much waiting."""
-START_COVER = 0.4
-"""Seconds of that wait the first segment covers (its synthesis, its audio): at 20 tokens a
-second a first clause ("Sure,") starts at once, as it did without a lead."""
+LEAD_CHARS = 48
+"""Written characters a turn's text in hand should last while they arrive: eight or nine words,
+or a price streamed a digit a token. A later cut then finds a phrase waiting."""
+FIRST_AUDIO = 0.4
+"""Seconds a first clause ("Sure,") plays: the text arriving meanwhile counts toward the lead,
+so at 20 tokens a second (four times as fast as it is spoken) it starts at once, as it did
+without a lead."""
 WORD_CHARS = 6  # a word and the space after it, about
-LONE_WAIT = 0.1
+LONE_WAIT = 0.15
 """Seconds of silence worth risking for the next word rather than cutting a lone one."""
+CALM_WAIT = 0.05
+"""Seconds of queue wait under which the worker has compute to spare (see ``calm``): a burst of
+16 conversations, which the next word's compute cost 8% more CPU per second of audio, is not."""
 HORIZON = 6.0
 """Seconds of speech ahead over which text arriving slower than it is spoken is made up by
 starting later (a reply's rest is not known; this is a typical one)."""
@@ -77,18 +81,28 @@ class Pacing:
 
     def start_lead(self) -> float:
         """Seconds of audio a turn's text in hand should hold before it starts speaking: what
-        the next phrase takes to arrive at the rate the text comes (less what the first
-        segment's synthesis covers), and, where the text comes slower than it is spoken, what
-        the listener would otherwise lose over ``HORIZON``. At 20 tokens a second that is
-        less than a first clause; at 5, about a phrase."""
+        ``LEAD_CHARS`` take to arrive at the rate the text comes, less the speech that arrives
+        while a first clause plays, and, where the text comes slower than it is spoken, what
+        the listener would otherwise lose over ``HORIZON``. At 20 tokens a second none; at 5,
+        about 2.5 s: a cut then finds four or five words waiting (cuts come when the listener
+        has a guard's worth left, so a cut holds about the lead less the guard), and a price
+        streamed a digit a token arrives whole before it is needed."""
         rates = self._arrival.rates
-        deficit = HORIZON * max(0.0, 1.0 - rates.spoken * self._audio_per_char)
-        return max(0.0, LEAD_CHARS / max(rates.written, 1.0) - START_COVER) + deficit
+        speech = rates.spoken * self._audio_per_char  # seconds of speech arriving a second
+        deficit = HORIZON * max(0.0, 1.0 - speech)
+        return max(0.0, LEAD_CHARS / max(rates.written, 1.0) - FIRST_AUDIO * speech) + deficit
 
     def holds_start(self, pending_chars: int) -> bool:
         """Whether a turn with ``pending_chars`` (spoken) in hand should wait for more text
         before its first segment: it would run dry before the next phrase could follow."""
         return pending_chars * self._audio_per_char < self.start_lead()
+
+    @property
+    def calm(self) -> bool:
+        """Segments wait for the worker no more than ``CALM_WAIT`` lately, and first segments
+        would not: compute spent on how a segment ends (``SynthesisOptions.then``) takes
+        nothing from a listener about to run dry."""
+        return max(self._wait, self._late, self._backlog) < CALM_WAIT
 
     @property
     def idle(self) -> bool:
@@ -113,8 +127,11 @@ class Pacing:
         together saw no wait lately, cut one or two words, and ran dry in their first turns
         (16 staggered conversations, three A/B runs: 1, 5 and 2 underruns against 6, 6 and 2,
         first audio p95 235-259 against 263-305 ms; bursts of 16: largest stall 127, 106 and
-        114 against 143, 150 and 86 ms)."""
-        return round(max(self._wait, self._backlog) * _CHARS_PER_SECOND * speed)
+        114 against 143, 150 and 86 ms). A turn that waited for a lead (``start_lead``)
+        speaks all of it in its first segment: the text it held, cut at two words, left a
+        lone word for the next."""
+        queued = round(max(self._wait, self._backlog) * _CHARS_PER_SECOND * speed)
+        return max(queued, math.floor(self.start_lead() / self._audio_per_char))
 
     def guards(self, pending_chars: int) -> tuple[float, float]:
         """Audio left at which to cut at a clause, and at which to cut at any word, with

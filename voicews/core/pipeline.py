@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, replace
 from ..audio import Audio
 from ..errors import ErrorCode, VoicewsError
 from ..text.reading import read
-from ..text.segmenter import Fit, Segment, Urgency, speakable, spoken_length
+from ..text.segmenter import Boundary, Fit, Segment, Urgency, speakable, spoken_length
 from .config import SessionConfig, Speaking
 from .events import AudioFrame, ReplyDelta, TurnDone
 from .jobs import GenerationRequest, JobBook, SynthesisRequest
@@ -267,21 +267,28 @@ class TurnPipeline:
             self._synthesized(job, now)
 
     def _submit(self, segment: Segment, now: float, trial: bool = False) -> None:
-        turn, jobs = self.turn, self._shared.jobs
+        turn, shared, jobs = self.turn, self._shared, self._shared.jobs
         first = not turn.first_submitted
-        end = turn.listener.end
+        # Due when the listener runs dry: the audio sent and the audio still queued for the
+        # socket (a short first segment's, just made, has not gone out yet).
+        end = now + turn.listener.left(now) + shared.outbox.samples / turn.listener.sample_rate
         speaking = self._speaking()
         options = speaking.options
         # URLs are read shortened to their host and path, one word each still.
         text = speakable(segment.text)
+        # Mid-sentence, the engine says the next word too and cuts it off: the segment ends
+        # as its sentence goes on, not with a statement's fall. Not a turn's first (its first
+        # audio would wait for the word's compute), nor while listeners wait for the worker.
+        mid = segment.boundary is not Boundary.SENTENCE and not first and shared.pacing.calm
+        then = turn.segmenter.next_word if mid else ""
         reading = None if speaking.reading is None else read(text, speaking.reading)
         request = SynthesisRequest(
             job_id=jobs.next_id(),
             turn_id=turn.id,
             text=text if reading is None else reading.spoken,
-            options=replace(options, eager=True) if first else options,
+            options=replace(options, eager=options.eager or first, then=then),
             first=first,
-            deadline=now if first or end is None else end,
+            deadline=now if first else end,
             submitted_at=now,
         )
         turn.in_flight = InFlight(request.job_id, segment, now, reading, trial=trial)

@@ -25,6 +25,11 @@ class SynthesisOptions:
     eager: bool = False
     """A listener waits on this audio (a turn's first segment): an engine that can give its
     first audio sooner for a little more compute (Piper: its first window) does so."""
+    then: str = ""
+    """The word the sentence goes on with after this text (a segment cut mid-sentence): an
+    engine that can place words (Piper) says it too, so that the text ends as its sentence
+    goes on rather than with a statement's falling end, and cuts it off where it starts.
+    Others ignore it."""
 
 
 @dataclass(frozen=True, slots=True)

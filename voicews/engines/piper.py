@@ -10,8 +10,9 @@ import json
 import logging
 import time
 import unicodedata
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -175,9 +176,47 @@ class PiperEngine:
         config = self._config_type(
             length_scale=self._length_scale / options.speed, normalize_audio=False
         )
-        sentences = inference_chunks([p for p in phonemize(self._voice, text) if p], options.speed)
-        timed = []
         eager = options.eager and self._inferences.calm(time.monotonic())
+        if options.then and self._decoder is not None:
+            said = f"{text} {options.then}"
+            chunks = inference_chunks([p for p in phonemize(self._voice, said) if p], options.speed)
+            if len(chunks) == 1:  # one inference: where the next word starts is known before
+                cut = yield from self._continued(text, said, chunks[0], config, eager)
+                if cut:
+                    return
+        yield from self._sentences(text, config, eager, options.speed)
+
+    def _continued(
+        self, text: str, said: str, phonemes: list[str], config: Any, eager: bool
+    ) -> Generator[Audio | WordStarts, None, bool]:
+        """``said`` (``text`` and the next word) in one inference, its audio decoded up to
+        where the next word starts, faded out there: ``text`` as it sounds mid-sentence. False
+        (nothing yielded) where its words cannot be placed: then ``text`` goes alone."""
+        assert self._decoder is not None
+        ids = self._voice.phonemes_to_ids(phonemes)
+        latents, id_samples = self._voice.phoneme_ids_to_audio(ids, config, include_alignments=True)
+        placed = None if id_samples is None else self._words.place(said, [(phonemes, id_samples)])
+        words = len(text.split())
+        if placed is None or len(placed.samples) <= words:
+            return False
+        frames = latents[np.newaxis] if latents.ndim == 2 else latents.reshape(1, -1, 1)
+        cut = min(frames.shape[2], placed.samples[words] // self._hop)
+        parts = windows(cut, eager)
+        for number, window in enumerate(parts, 1):
+            audio = self.decode(frames, window)
+            if number == len(parts):
+                audio[-FADE:] *= np.cos(np.linspace(0, np.pi / 2, min(FADE, audio.size)))
+            yield audio
+        yield WordStarts(placed.samples[:words])
+        return True
+
+    def _sentences(
+        self, text: str, config: Any, eager: bool, speed: float
+    ) -> Iterator[Audio | WordStarts]:
+        """``text`` alone: one inference per sentence (or piece of a long one), each decoded in
+        windows, the silence after its last sound as zeros; then its words' starts."""
+        sentences = inference_chunks([p for p in phonemize(self._voice, text) if p], speed)
+        timed = []
         for index, phonemes in enumerate(sentences):  # one per sentence (or piece of a long one)
             ids = self._voice.phonemes_to_ids(phonemes)
             latents, id_samples = self._voice.phoneme_ids_to_audio(
