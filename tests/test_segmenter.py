@@ -420,6 +420,16 @@ def test_a_critical_cut_waits_for_the_next_word_rather_than_say_one_alone() -> N
     assert seg.next_segment(Urgency.CRITICAL, fit=lone) == Segment("morning", Boundary.WORD)
 
 
+def test_a_closed_turns_last_word_is_said_though_a_critical_cut_would_wait() -> None:
+    """No next word comes after the end of the text: waiting for one was a turn that never
+    ended (Kokoro's one-word first segment, then 'there.' left, critical, kept for ever)."""
+    seg = Segmenter()
+    seg.feed("there.")
+    seg.close()
+    got = seg.next_segment(Urgency.CRITICAL, fit=Fit(most=0, least=2, lone=False))
+    assert got == Segment("there.", Boundary.SENTENCE)
+
+
 def test_a_critical_cut_takes_the_next_word_in_hand_rather_than_leave_one_alone() -> None:
     seg = Segmenter()
     seg.feed("not blocked.")

@@ -288,7 +288,9 @@ class Segmenter:
         if urgency is Urgency.CRITICAL:
             pairs = [c for c in cuts if c.words > 1]
             # The next word in hand costs a few characters' compute: say it with this one.
-            if not fit.lone or (pairs and pairs[0].spoken <= fit.most + _WORD_SLACK):
+            # Once the text is closed no next word comes: a lone last word is said, not kept.
+            wait = not fit.lone and not self._closed
+            if wait or (pairs and pairs[0].spoken <= fit.most + _WORD_SLACK):
                 cuts = pairs
         sentence = next((c for c in cuts if c.boundary is Boundary.SENTENCE), None)
         if sentence is not None:
