@@ -9,9 +9,10 @@ from dataclasses import dataclass
 
 from ..encoding import ContainerEncoder, Encoding, OutputFormat
 from ..errors import ErrorCode, VoicewsError
+from ..protocol.client import SAMPLE_RATES
 
 _RAW: dict[str, tuple[int, Encoding]] = {
-    **{f"pcm_{rate}": (rate, "pcm_s16le") for rate in (8000, 16000, 22050, 24000, 44100, 48000)},
+    **{f"pcm_{rate}": (rate, "pcm_s16le") for rate in SAMPLE_RATES},  # ElevenLabs' are ours
     "ulaw_8000": (8000, "pcm_mulaw"),
     "alaw_8000": (8000, "pcm_alaw"),
 }
