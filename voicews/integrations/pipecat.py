@@ -91,8 +91,9 @@ class TurnQueue:
             waiting.append(EndText())
         return []
 
-    def interrupt(self, turn_id: str) -> list[ClientMessage]:
-        """The context was interrupted: cancel it if it is live, forget it if it waits."""
+    def drop(self, turn_id: str) -> list[ClientMessage]:
+        """Pipecat no longer plays the context (interrupted, or it went quiet and Pipecat
+        closed it): cancel it if it is live, forget it if it waits, so the next one goes on."""
         if self._waiting.pop(turn_id, None) is not None or turn_id != self.live:
             return []
         self._cancelled.add(turn_id)
@@ -190,8 +191,14 @@ class VoicewsTTSService(WebsocketTTSService):
 
     async def on_audio_context_interrupted(self, context_id: str) -> None:
         await self.stop_all_metrics()
-        await self._apply(lambda: self._turns.interrupt(context_id))
+        await self._apply(lambda: self._turns.drop(context_id))
         await super().on_audio_context_interrupted(context_id)
+
+    async def on_audio_context_completed(self, context_id: str) -> None:
+        # Pipecat ends a context that went quiet (a stray token after an interruption opens
+        # one that no reply ever ends); its turn must not hold the next context back.
+        await self._apply(lambda: self._turns.drop(context_id))
+        await super().on_audio_context_completed(context_id)
 
     @traced_tts
     async def run_tts(self, text: str, context_id: str) -> AsyncGenerator[Frame | None, None]:
