@@ -19,24 +19,24 @@ def paced(stall_guard_ms: int = 150, cost: Cost = COST, wait: float = 0.0) -> Pa
 
 def test_guards_cover_the_pending_text_at_the_engines_cost_plus_the_margin() -> None:
     pacing = paced()
-    assert pacing.guards(pending_chars=20) == pytest.approx((0.2 + 0.15, 0.2 + 0.05))
+    assert pacing.guards(pending_chars=20, ahead=1.0) == pytest.approx((0.2 + 0.15, 0.2 + 0.05))
     fresh = Pacing(stall_guard_ms=0, max_chars=100)  # until the worker says: the default prior
-    assert fresh.guards(40)[0] == pytest.approx(DEFAULT_PRIOR.latency(40))
+    assert fresh.guards(40, 1.0)[0] == pytest.approx(DEFAULT_PRIOR.latency(40))
 
 
 def test_urgency_rises_as_the_audio_left_falls() -> None:
     pacing = paced()
-    clause, word = pacing.guards(pending_chars=40)
+    clause, word = pacing.guards(pending_chars=40, ahead=1.0)
     assert pacing.urgency(clause + 0.01, 40) is Urgency.RELAXED
     assert pacing.urgency(clause, 40) is Urgency.URGENT
     assert pacing.urgency(word, 40) is Urgency.CRITICAL
-    assert pacing.cut_times(10.0, 40) == pytest.approx([10.0 - clause, 10.0 - word])
-    assert pacing.cut_times(None, 40) == []  # nothing played yet
+    assert pacing.cut_times(10.0, 40, now=9.0) == pytest.approx([10.0 - clause, 10.0 - word])
+    assert pacing.cut_times(None, 40, now=9.0) == []  # nothing played yet
 
 
 def test_an_idle_worker_relaxes_into_clause_cuts_but_never_past_urgent() -> None:
     pacing = paced()
-    clause, word = pacing.guards(pending_chars=40)
+    clause, word = pacing.guards(pending_chars=40, ahead=1.0)
     pacing.engine(COST, 0.0, idle=True)
     assert pacing.urgency(clause + 0.01, 40) is Urgency.IDLE
     assert pacing.urgency(clause, 40) is Urgency.URGENT
@@ -49,9 +49,13 @@ def test_an_idle_worker_relaxes_into_clause_cuts_but_never_past_urgent() -> None
 def test_what_the_session_waits_beyond_the_cost_rises_at_once_and_decays_slowly() -> None:
     pacing = paced(stall_guard_ms=0)
     pacing.observe(seconds=1.0, chars=20)  # the engine takes 0.2 s: 0.8 s more, at once
-    assert pacing.guards(20)[0] == pytest.approx(1.0)
+    assert pacing.guards(20, 2.0)[0] == pytest.approx(1.0)
     pacing.observe(seconds=0.2, chars=20)  # as the engine costs: a tenth of the way down
-    assert pacing.guards(20)[0] == pytest.approx(0.2 + 0.72)
+    assert pacing.guards(20, 2.0)[0] == pytest.approx(0.2 + 0.72)
+    # What the queue said it would wait is no lateness: it counts in the guards already.
+    pacing = paced(stall_guard_ms=0)
+    pacing.observe(seconds=1.0, chars=20, expected_wait=0.5)
+    assert pacing.guards(20, 2.0)[0] == pytest.approx(0.2 + 0.3)
 
 
 def test_a_timer_at_a_cut_time_finds_the_urgency_risen_despite_rounding() -> None:
@@ -59,23 +63,42 @@ def test_a_timer_at_a_cut_time_finds_the_urgency_risen_despite_rounding() -> Non
     give or take a rounding, which must not leave the cut waiting for the next text."""
     pacing = paced()
     end = 1.0761
-    clause_at, word_at = pacing.cut_times(end, 21)
+    clause_at, word_at = pacing.cut_times(end, 21, now=0.5)
     assert pacing.urgency(end - clause_at + 1e-9, 21) is Urgency.URGENT
     assert pacing.urgency(end - word_at + 1e-9, 21) is Urgency.CRITICAL
 
 
-def test_a_crowded_worker_keeps_its_wait_more_in_hand() -> None:
-    calm = paced().guards(40)
+def test_the_guards_count_the_queue_due_before_the_segment() -> None:
+    """The job due first runs next: a segment due in a second waits for the compute of the
+    segments due before it, not for those due after it, nor for what segments waited lately
+    (sessions that counted the waits of segments due long after theirs all ran short at once
+    in a burst, and asked together)."""
+    calm = paced().guards(40, 1.0)
+    queue = ((0.2, 0.1), (0.6, 0.15), (1.5, 0.4))  # due in 0.2, 0.6 and 1.5 s
+    crowded = paced()
+    crowded.engine(COST, 0.3, queue=queue)
+    assert crowded.queue_wait(1.0) == pytest.approx(0.25)
+    assert crowded.guards(40, 1.0) == pytest.approx((calm[0] + 0.25, calm[1] + 0.25))
+    assert crowded.guards(40, 0.1) == pytest.approx(calm)  # due before them all
+    assert crowded.cut_times(10.0, 40, now=9.0) == pytest.approx(
+        [10.0 - calm[0] - 0.25, 10.0 - calm[1] - 0.25]
+    )
+    slow = Cost(fixed=0.3, per_char=0.03)
+    crowded.engine(slow, 0.3, queue=queue)
+    assert crowded.fit(1.05).most == paced(cost=slow).fit(0.8).most == 11  # less to fit
+
+
+def test_a_crowded_worker_makes_first_segments_longer() -> None:
     assert paced().first_chars(speed=1.0) == 0  # nothing waits: first segments as eager as ever
     crowded = paced(wait=0.3)  # segments wait 300 ms for the worker lately
-    assert crowded.guards(40) == pytest.approx((calm[0] + 0.3, calm[1] + 0.3))
     # A first segment holds what is heard in 300 ms: about 15 characters a second at speed 1.
     assert (crowded.first_chars(speed=1.0), crowded.first_chars(speed=2.0)) == (4, 9)
     # Sessions starting together: nothing waited lately, but the queue holds 400 ms for a
-    # first segment asked for now; the first segment holds more, the guards stay.
+    # first segment asked for now; the first segment holds more.
     starting = paced()
     starting.engine(COST, 0.0, backlog=0.4)
-    assert (starting.first_chars(speed=1.0), starting.guards(40)) == (6, pytest.approx(calm))
+    assert starting.first_chars(speed=1.0) == 6
+    assert starting.queue_wait(None) == pytest.approx(0.4)
 
 
 def test_a_cut_fits_the_audio_left_and_gains_ground() -> None:
@@ -97,7 +120,7 @@ def test_an_engine_slower_than_real_time_keeps_whole_sentences() -> None:
     running dry, and the fewest stalls come from the fewest pieces."""
     pacing = paced(cost=Cost(fixed=0.5, per_char=0.1))  # 0.1 s a character for ~0.067 heard
     assert pacing.urgency(0.0, 40) is Urgency.RELAXED
-    assert pacing.cut_times(10.0, 40) == []
+    assert pacing.cut_times(10.0, 40, now=9.0) == []
 
 
 def streamed(pacing: Pacing, tokens_per_s: float, pieces: int, piece: str = " word") -> float:

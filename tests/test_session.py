@@ -163,7 +163,10 @@ def test_cut_turn_reports_the_text_heard_by_the_clients_playback() -> None:
     assert done.samples > 80_000
 
 
-def test_placed_words_go_to_the_client_and_cut_heard_text_at_a_word() -> None:
+@pytest.mark.parametrize("words_first", [False, True])
+def test_placed_words_go_to_the_client_and_cut_heard_text_at_a_word(words_first: bool) -> None:
+    """Engines place the words after the audio, or just before its last chunk (before any
+    of it, for a segment of one chunk): they are placed once it sounds."""
     s = make()
     apply(s, TurnReset(turn_id="t1"), 0.0)
     apply(s, TextDelta(text="Hi there. One two three four. "), 0.0)
@@ -172,8 +175,13 @@ def test_placed_words_go_to_the_client_and_cut_heard_text_at_a_word() -> None:
     second = one(s)
     assert second.text == "One two three four."
     silence = np.zeros(2205, np.float32)  # 100 ms of edge silence, trimmed to 15 ms
-    s.on_audio(second.job_id, np.concatenate([silence, np.full(44100, 0.3, np.float32)]), 0.2)
-    s.on_words(second.job_id, [2205, 2205 + 11025, 2205 + 22050, 2205 + 33075])
+    audio = np.concatenate([silence, np.full(44100, 0.3, np.float32)])
+    starts = [2205, 2205 + 11025, 2205 + 22050, 2205 + 33075]
+    if words_first:
+        s.on_words(second.job_id, starts)
+    s.on_audio(second.job_id, audio, 0.2)
+    if not words_first:
+        s.on_words(second.job_id, starts)
     s.on_done(second.job_id, 0.2)
     items = drain(s, 0.2)
     segment = next(i for i in items if isinstance(i, SegmentStarted) and i.text == second.text)

@@ -207,6 +207,31 @@ def test_a_job_reports_its_audio_then_its_words_then_done(
     assert (worker.stats.jobs_done, worker.stats.jobs_failed, worker.queued) == (1, 0, 0)
 
 
+def test_a_synthesis_that_placed_its_words_ends_with_its_last_chunk(
+    worker: ComputeWorker, clock: FakeClock
+) -> None:
+    """An engine places its words just before its last chunk: the step that gives them runs
+    on to the end, so the session hears its segment is done at once and may ask for the next,
+    rather than after every segment due sooner has had its turn (in a burst of 16 that was
+    340 ms later, median, and the sessions kept waiting all asked at once)."""
+    rec, gate = Recorder(), Gate()
+
+    def words_first(engine: Engine) -> Iterator[Audio | WordStarts]:
+        yield np.full(CHUNK, 0.1, dtype=np.float32)
+        gate()  # computing the last chunk
+        yield WordStarts((0, CHUNK))
+        yield np.full(CHUNK, 0.1, dtype=np.float32)
+
+    worker.submit(rec.job("segment", words_first, deadline=clock()))
+    assert gate.reached.wait(WAIT)
+    # Meanwhile a segment due before the listener of the first runs dry is asked for.
+    worker.submit(rec.speak("sooner", "one", deadline=clock()))
+    gate.go.set()
+    rec.wait(2)
+    assert [type(e) for e in rec.of("segment")] == [JobAudio, JobWords, JobAudio, JobDone]
+    assert rec.order(JobDone) == ["segment", "sooner"]
+
+
 def test_jobs_run_as_they_are_due_a_first_segment_a_little_after_it_was_asked_for(
     worker: ComputeWorker, engine: Costed, clock: FakeClock
 ) -> None:
@@ -539,8 +564,13 @@ def test_the_backlog_is_the_compute_queued_before_a_first_segment_asked_for_now(
     cost = worker.cost
     load = worker.load()
     assert load.backlog == pytest.approx(cost.latency(40) + cost.latency(20))
+    # The queue as sessions pace by it: each segment's due time from now and its compute,
+    # due first first ("first" is due FIRST_AUDIO_TARGET after it was asked for).
+    expected = [0.1, cost.latency(40), FIRST_AUDIO_TARGET, cost.latency(20)]
+    expected += [5.0, cost.latency(40)]
+    assert [x for entry in load.queue for x in entry] == pytest.approx(expected)
     # What a session syncs to: the worker's figures, read under one lock.
-    assert load == Load(worker.queue_wait, cost, False, load.backlog)
+    assert load == Load(worker.queue_wait, cost, False, load.backlog, load.queue)
     gate.go.set()
     rec.wait(4)
     assert worker.load().backlog == 0.0

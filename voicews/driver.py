@@ -119,7 +119,7 @@ class SessionDriver:
         whose second words come in the same instant would each see the worker idle, and try
         their first words at once)."""
         load = self._worker.load()
-        self.session.load(load.wait, load.cost, load.idle, load.backlog)
+        self.session.load(load.wait, load.cost, load.idle, load.backlog, load.queue)
 
     async def serve(
         self, send_loop: Coroutine[Any, Any, Sent], receive_loop: Coroutine[Any, Any, Received]

@@ -49,11 +49,12 @@ from bench.harness.summaries import (
 from voicews.client import word_pieces
 from voicews.compute import jobs as planning
 from voicews.compute.jobs import Account, Job
-from voicews.compute.planning import WAIT_HALF_LIFE
+from voicews.compute.planning import WAIT_HALF_LIFE, queued_compute
 from voicews.core.config import SessionConfig
 from voicews.core.cost import PRIORS, Cost, CostModel
 from voicews.core.events import AudioFrame, Outgoing, TurnDone
 from voicews.core.jobs import SynthesisRequest
+from voicews.core.pacing import Queue, waits
 from voicews.core.session import Session
 
 RATE = 22050
@@ -206,6 +207,7 @@ class Simulation:
                 lambda _event: None,
                 first=request.first,
                 account=conv.account if self.policy.fair else None,
+                chars=len(request.text),
             )
             job._submitted = self.now
             sentences = [s for s in _SENTENCES.split(request.text) if s.strip()]
@@ -226,15 +228,14 @@ class Simulation:
             conv.timer = (wake, self.at(wake, lambda: self.tick(conv)))
         self.dispatch()
 
-    def load(self) -> tuple[Cost, bool, float]:
-        """The cost, whether a job asked for now starts at once, and the backlog a first
-        segment asked for now waits behind, as ``Planner.load`` tells them."""
+    def load(self) -> tuple[Cost, bool, float, Queue]:
+        """The cost, whether a job asked for now starts at once, the backlog a first segment
+        asked for now waits behind, and the queue, as ``Planner.load`` tells them."""
         cost = self.costs.estimate(self.now)
         queued = [j for j in self.queue if not j.job.cancelled]
-        due = self.now + planning.FIRST_AUDIO_TARGET
-        ahead = [j for j in queued if j.job.due() <= due]
-        backlog = sum(cost.latency(j.chars) for j in ahead) / self.lanes
-        return cost, not queued and self.free > 0, backlog
+        queue = queued_compute((j.job for j in queued), cost, self.lanes, self.now)
+        backlog = waits(queue, planning.FIRST_AUDIO_TARGET)
+        return cost, not queued and self.free > 0, backlog, queue
 
     def tick(self, conv: SimSession) -> None:
         conv.timer = None

@@ -26,6 +26,7 @@ from bench.harness.connections import Turn
 from bench.harness.summaries import fmt, int_list, percentile, render
 from voicews.core.config import SessionConfig
 from voicews.core.cost import PRIORS, Cost
+from voicews.core.pacing import Queue
 from voicews.text.segmenter import Fit, Urgency
 
 
@@ -41,10 +42,20 @@ class TodayPacing:
         self._wait = 0.0
         self.idle = False
 
-    def engine(self, cost: Cost, wait: float, idle: bool = False, backlog: float = 0.0) -> None:
+    def engine(
+        self,
+        cost: Cost,
+        wait: float,
+        idle: bool = False,
+        backlog: float = 0.0,
+        queue: Queue = (),
+    ) -> None:
         self._wait, self.idle = wait, idle
 
-    def observe(self, seconds: float, chars: int) -> None:
+    def queue_wait(self, ahead: float | None) -> float:
+        return self._wait
+
+    def observe(self, seconds: float, chars: int, expected_wait: float = 0.0) -> None:
         sample = seconds / max(chars, 20)
         old = self._latency_per_char
         self._latency_per_char = sample if sample > old else 0.9 * old + 0.1 * sample
@@ -60,7 +71,7 @@ class TodayPacing:
         latency = self._latency_per_char * max(chars, 20) + self._wait
         return latency + self._margin, latency + self._margin / 3
 
-    def cut_times(self, end: float | None, pending_chars: int) -> list[float]:
+    def cut_times(self, end: float | None, pending_chars: int, now: float) -> list[float]:
         return [] if end is None else [end - guard for guard in self.guards(pending_chars)]
 
     def urgency(self, ahead: float, pending_chars: int) -> Urgency:

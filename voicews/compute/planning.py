@@ -18,9 +18,11 @@ of sessions. The compute worker calls every method with its lock held.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from ..core.cost import DEFAULT_PRIOR, Cost, CostModel
+from ..core.pacing import waits
 from .jobs import ALLOWANCE, FIRST_AUDIO_TARGET, Job
 
 WAIT_HALF_LIFE = 1.0
@@ -42,6 +44,26 @@ class Load:
     backlog: float
     """Seconds a first segment asked for now would wait: the compute of the queued segments
     due before it, over the lanes."""
+    queue: tuple[tuple[float, float], ...] = ()
+    """The queued segments, due first first: when each is due (seconds from now) and its
+    compute over the lanes. A segment due in ``t`` waits for those due before it (the job
+    due first runs next), not for what segments waited lately: sessions that counted the
+    waits of segments due long after theirs all ran short at once, cut their shortest
+    pieces together and made the queue longer still."""
+
+
+def queued_compute(
+    jobs: Iterable[Job], cost: Cost, lanes: int, now: float
+) -> tuple[tuple[float, float], ...]:
+    """``Load.queue`` of the queued ``jobs``: each segment's due time from ``now`` and its
+    compute as the cost model puts it, over the lanes, due first first."""
+    return tuple(
+        sorted(
+            (j.due() - now, cost.latency(j.chars) / lanes)
+            for j in jobs
+            if j.chars and not j.cancelled
+        )
+    )
 
 
 class Planner:
@@ -68,14 +90,9 @@ class Planner:
 
     def load(self, now: float) -> Load:
         cost = self.costs.estimate(now)
-        return Load(self.waited(now), cost, self._idle(), self._backlog(now, cost))
-
-    def _backlog(self, now: float, cost: Cost) -> float:
-        """Seconds a first segment asked for now would wait: the compute of the queued
-        segments due before it, as the cost model puts it, over the lanes."""
-        due = now + FIRST_AUDIO_TARGET
-        ahead = [j for j in self.queue if j.chars and not j.cancelled and j.due() <= due]
-        return sum(cost.latency(j.chars) for j in ahead) / self.lanes
+        queue = queued_compute(self.queue, cost, self.lanes, now)
+        backlog = waits(queue, FIRST_AUDIO_TARGET)
+        return Load(self.waited(now), cost, self._idle(), backlog, queue)
 
     def _idle(self) -> bool:
         """A job submitted now would start at once: a lane is free and nothing waits."""

@@ -13,6 +13,7 @@ the segments stay whole sentences, so the stalls are as few as can be and fall b
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 
 from ..text.segmenter import Fit, Urgency
 from .arrival import Arrival
@@ -40,6 +41,17 @@ HORIZON = 6.0
 starting later (a reply's rest is not known; this is a typical one)."""
 
 
+Queue = tuple[tuple[float, float], ...]
+"""Segments queued for the compute worker, due first first: when each is due (seconds from
+when it was read) and its compute over the lanes (``Load.queue``)."""
+
+
+def waits(queue: Iterable[tuple[float, float]], due: float) -> float:
+    """Seconds a segment due ``due`` seconds from now waits in ``queue``: the compute of those
+    due before it (the job due first runs next), or with it, give or take a rounding."""
+    return sum(seconds for at, seconds in queue if at <= due + _SLACK)
+
+
 class Pacing:
     """``stall_guard_ms``: the margin; ``max_chars``: the segmenter's cap on a segment."""
 
@@ -50,22 +62,40 @@ class Pacing:
         self._wait = 0.0
         self._idle = False
         self._backlog = 0.0
+        self._queue: Queue = ()
         self._late = 0.0
         self._audio_per_char = 1 / _CHARS_PER_SECOND
         self._arrival = Arrival()
 
-    def engine(self, cost: Cost, wait: float, idle: bool = False, backlog: float = 0.0) -> None:
+    def engine(
+        self,
+        cost: Cost,
+        wait: float,
+        idle: bool = False,
+        backlog: float = 0.0,
+        queue: Queue = (),
+    ) -> None:
         """The engine's cost as the compute worker measures it, the seconds segments (every
         session's) wait for the worker lately, whether it is ``idle`` now (a segment asked for
-        would start at once), and the ``backlog`` a first segment asked for now would wait."""
+        would start at once), the ``backlog`` a first segment asked for now would wait, and
+        the ``queue`` a later segment waits in, as far as it is due before it."""
         self._cost, self._wait, self._idle, self._backlog = cost, wait, idle, backlog
+        self._queue = queue
 
-    def observe(self, seconds: float, chars: int) -> None:
-        """A segment of ``chars`` gave its first audio ``seconds`` after it was asked for:
-        what came on top of the engine's cost (this session's own wait) rises at once with a
-        later segment, and decays slowly after."""
-        late = max(0.0, seconds - self._cost.latency(chars))
+    def observe(self, seconds: float, chars: int, expected_wait: float = 0.0) -> None:
+        """A segment of ``chars`` gave its first audio ``seconds`` after it was asked for, when
+        the queue said it would wait ``expected_wait`` (``queue_wait``): what came on top of
+        both (this session's own lateness: segments asked for after it and due before it,
+        compute slower than its cost) rises at once with a later segment, and decays slowly
+        after. The queue's wait counted here as well (a second time) made every session short
+        of audio at once when it grew."""
+        late = max(0.0, seconds - self._cost.latency(chars) - expected_wait)
         self._late = late if late > self._late else 0.9 * self._late + 0.1 * late
+
+    def queue_wait(self, ahead: float | None) -> float:
+        """Seconds a segment asked for now and due in ``ahead`` waits for the worker, as the
+        queue says (None: a turn's first, as ``backlog`` says)."""
+        return self._backlog if ahead is None else waits(self._queue, ahead)
 
     def heard(self, chars: int, seconds: float) -> None:
         """A segment of ``chars`` gave ``seconds`` of audio (at the session's voice and
@@ -114,11 +144,11 @@ class Pacing:
         """Each character costs more compute than the audio it gives."""
         return self._cost.per_char >= self._audio_per_char
 
-    def latency(self, chars: int) -> float:
-        """Seconds from asking for a segment of ``chars`` to its first audio, expected: the
-        session's own lateness counts the worker's queue a second time, which stalled fewer
-        listeners in the simulation than counting it once (the larger of the two)."""
-        return self._cost.latency(chars) + self._wait + self._late
+    def latency(self, chars: int, ahead: float) -> float:
+        """Seconds from asking for a segment of ``chars``, due in ``ahead``, to its first
+        audio, expected: the engine's cost, its wait in the queue as far as the queue is due
+        before it, and the session's own lateness lately (what neither showed)."""
+        return self._cost.latency(chars) + self.queue_wait(ahead) + self._late
 
     def first_chars(self, speed: float) -> int:
         """The least text a turn's first segment should hold: as much as is heard while the
@@ -133,27 +163,27 @@ class Pacing:
         queued = round(max(self._wait, self._backlog) * _CHARS_PER_SECOND * speed)
         return max(queued, math.floor(self.start_lead() / self._audio_per_char))
 
-    def guards(self, pending_chars: int) -> tuple[float, float]:
+    def guards(self, pending_chars: int, ahead: float) -> tuple[float, float]:
         """Audio left at which to cut at a clause, and at which to cut at any word, with
-        ``pending_chars`` (spoken) for the next segment.
+        ``pending_chars`` (spoken) for the next segment and ``ahead`` seconds left now.
 
         Both leave room for synthesizing all the pending text (up to a segment's cap) and for
-        the worker's queue as it is lately.
+        the worker's queue, as far as it is due before the segment.
         """
-        latency = self.latency(pending_chars)
+        latency = self.latency(pending_chars, ahead)
         return latency + self._margin, latency + self._margin / 3
 
-    def cut_times(self, end: float | None, pending_chars: int) -> list[float]:
+    def cut_times(self, end: float | None, pending_chars: int, now: float) -> list[float]:
         """When the urgency rises, for a listener whose audio runs out at ``end``."""
         if end is None or self.slower_than_real_time:
             return []
-        return [end - guard for guard in self.guards(pending_chars)]
+        return [end - guard for guard in self.guards(pending_chars, end - now)]
 
     def urgency(self, ahead: float, pending_chars: int) -> Urgency:
         """With ``ahead`` seconds of audio left for the listener (sent or not)."""
         if self.slower_than_real_time:
             return Urgency.RELAXED
-        clause_guard, word_guard = self.guards(pending_chars)
+        clause_guard, word_guard = self.guards(pending_chars, ahead)
         if ahead <= word_guard + _SLACK:
             return Urgency.CRITICAL
         if ahead <= clause_guard + _SLACK:
@@ -176,12 +206,12 @@ class Pacing:
         ``a + b * c`` of latency (the queue wait counted with ``a``), so it gains ground on
         the listener only past ``a / (r - b)`` characters.
         """
-        wait = self._wait + self._late
+        wait = self.queue_wait(ahead) + self._late
         margin = self._margin * 2 / 3 if critical else self._margin
         most = self._cost.chars_within(ahead + _SLACK - margin - wait)
         gain = self._audio_per_char - self._cost.per_char
         least = math.ceil((self._cost.fixed + wait) / gain) if gain > 0 else self._max_chars
         # The next word is due in about a word's time; with it the cut is a phrase.
         word = WORD_CHARS / max(self._arrival.rates.written, 1.0)
-        lone = word + self.latency(self._max_chars // 10) - ahead > LONE_WAIT
+        lone = word + self.latency(self._max_chars // 10, ahead) - ahead > LONE_WAIT
         return Fit(most=max(most, 0), least=least, lone=lone)

@@ -111,12 +111,16 @@ class TurnPipeline:
             return
         if not job.sounded:
             job.sounded = True
-            self._shared.pacing.observe(now - job.submitted_at, spoken_length(job.segment.text))
+            spoken = spoken_length(job.segment.text)
+            self._shared.pacing.observe(now - job.submitted_at, spoken, job.expected_wait)
         job.samples += audio.size
         if job.trial:
             job.held.append(audio)
-        else:
-            self._shared.outbox.extend(self.turn.track.push(audio))
+            return
+        self._shared.outbox.extend(self.turn.track.push(audio))
+        if job.held_words is not None and (words := self.turn.track.place_words(job.held_words)):
+            self._shared.outbox.append(words)
+        job.held_words = None
 
     def on_words(self, job_id: int, starts: Sequence[int]) -> None:
         """The engine placed the segment's words: tell the client, and keep them, so a cut
@@ -128,8 +132,8 @@ class TurnPipeline:
             if written is None:
                 return  # the engine miscounted: the segment stays one unit
             starts = written
-        if job is not None and job.trial:
-            job.held_words = starts
+        if job is not None and (job.trial or not job.sounded):
+            job.held_words = starts  # placed once it sounds (an engine places them first)
         elif job is not None and (words := self.turn.track.place_words(starts)) is not None:
             self._shared.outbox.append(words)
 
@@ -195,7 +199,7 @@ class TurnPipeline:
             return min(limit, turn.last_delta + config.idle_flush_ms / 1000)
         if turn.in_flight or self._shared.outbox.full or not turn.segmenter.has_text:
             return limit
-        cuts = self._shared.pacing.cut_times(turn.listener.end, turn.segmenter.next_spoken)
+        cuts = self._shared.pacing.cut_times(turn.listener.end, turn.segmenter.next_spoken, now)
         times = [limit, *(t for t in cuts if t > now)]
         if turn.state is not TurnState.CLOSED:  # all the text in: nothing to flush
             times.append(turn.last_delta + config.idle_flush_ms / 1000)
@@ -291,7 +295,8 @@ class TurnPipeline:
             deadline=now if first else end,
             submitted_at=now,
         )
-        turn.in_flight = InFlight(request.job_id, segment, now, reading, trial=trial)
+        expected = shared.pacing.queue_wait(None if first else end - now)
+        turn.in_flight = InFlight(request.job_id, segment, now, reading, expected, trial=trial)
         turn.first_submitted = True
         if not trial:  # a trial's segment begins once it is confirmed
             turn.track.begin(segment.text, reading.spoken if reading else None)

@@ -47,7 +47,7 @@ from .events import (
 )
 from .jobs import GenerationRequest, JobBook, Request
 from .outbox import Outbox
-from .pacing import Pacing
+from .pacing import Pacing, Queue
 from .pipeline import SessionStats, Shared, TurnPipeline
 from .rate import TokenBucket
 from .settings import Settings
@@ -253,12 +253,20 @@ class Session:
             self.close_request = Close(CloseCode.NORMAL_CLOSURE, "idle timeout")
         self._pump(now)
 
-    def load(self, wait: float, cost: Cost, idle: bool = False, backlog: float = 0.0) -> None:
+    def load(
+        self,
+        wait: float,
+        cost: Cost,
+        idle: bool = False,
+        backlog: float = 0.0,
+        queue: Queue = (),
+    ) -> None:
         """The compute worker lately: segments wait ``wait`` seconds for it (keep that much
         more audio in hand), a segment's first audio costs the engine ``cost``, it is ``idle``
         now (a clause may go while the listener has audio in hand), and a first segment asked
-        for now would wait ``backlog`` seconds (it holds more)."""
-        self._shared.pacing.engine(cost, wait, idle, backlog)
+        for now would wait ``backlog`` seconds (it holds more), and a later one waits for the
+        ``queue`` as far as it is due before it."""
+        self._shared.pacing.engine(cost, wait, idle, backlog, queue)
 
     def drain(self, now: float) -> None:
         """Server shutdown: finish the current turn, start no new one, then close."""

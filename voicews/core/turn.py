@@ -37,6 +37,8 @@ class InFlight:
     segment: Segment
     submitted_at: float
     reading: Reading | None = None
+    expected_wait: float = 0.0
+    """Seconds the queue said it would wait when it was asked for (``Pacing.queue_wait``)."""
     """How the segment's text was read (None: as written)."""
     sounded: bool = False
     """It has produced audio (and its latency was observed)."""
@@ -48,7 +50,8 @@ class InFlight:
     held: list[Audio] = field(default_factory=list)
     """A trial's audio, until it is confirmed."""
     held_words: Sequence[int] | None = None
-    """A trial's word starts, until it is confirmed."""
+    """Word starts not placed yet: a trial's, until it is confirmed, or any that came before
+    the segment sounded (an engine may place its words just before its last chunk)."""
     done: bool = False
     """The engine has given all of it (a trial's end waits for its confirmation)."""
 

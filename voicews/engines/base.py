@@ -36,7 +36,9 @@ class SynthesisOptions:
 class WordStarts:
     """Where each whitespace-separated word of the synthesized text starts, in samples from the
     start of the engine's audio for that text. Engines that know phoneme durations yield it
-    once, after the audio; the session maps it onto the turn's stream."""
+    once: just before the last chunk of audio, where they know the words by then (the chunk
+    then ends the synthesis, and the worker runs it to its end in the same step), or after
+    the audio. The session maps it onto the turn's stream."""
 
     samples: tuple[int, ...]
 

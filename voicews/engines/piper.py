@@ -206,17 +206,19 @@ class PiperEngine:
             audio = self.decode(frames, window)
             if number == len(parts):
                 audio[-FADE:] *= np.cos(np.linspace(0, np.pi / 2, min(FADE, audio.size)))
+                yield WordStarts(placed.samples[:words])  # before the last chunk: it ends
             yield audio
-        yield WordStarts(placed.samples[:words])
         return True
 
     def _sentences(
         self, text: str, config: Any, eager: bool, speed: float
     ) -> Iterator[Audio | WordStarts]:
         """``text`` alone: one inference per sentence (or piece of a long one), each decoded in
-        windows, the silence after its last sound as zeros; then its words' starts."""
+        windows, the silence after its last sound as zeros; its words' starts just before its
+        last chunk."""
         sentences = inference_chunks([p for p in phonemize(self._voice, text) if p], speed)
         timed = []
+        placed = None
         for index, phonemes in enumerate(sentences):  # one per sentence (or piece of a long one)
             ids = self._voice.phonemes_to_ids(phonemes)
             latents, id_samples = self._voice.phoneme_ids_to_audio(
@@ -224,7 +226,12 @@ class PiperEngine:
             )
             if id_samples is not None:  # None: a voice without the duration output
                 timed.append((phonemes, id_samples))
+            last = index == len(sentences) - 1
+            if last and len(timed) == len(sentences):
+                placed = self._words.place(text, timed)
             if self._decoder is None:  # the voice ran whole: that was its audio
+                if placed is not None:
+                    yield placed
                 yield np.clip(latents, -1.0, 1.0).astype(np.float32)
                 continue
             # piper-tts squeezed (batch, channels, frames): the batch, or a lone frame too
@@ -241,11 +248,9 @@ class PiperEngine:
                     audio = np.concatenate(
                         [audio, np.zeros((total - heard) * self._hop, np.float32)]
                     )
+                if last and number == len(parts) and placed is not None:
+                    yield placed  # before the last chunk: the chunk ends the synthesis
                 yield audio
-        if timed and len(timed) == len(sentences):
-            placed = self._words.place(text, timed)
-            if placed is not None:
-                yield placed
 
     def decode(self, latents: np.ndarray, window: tuple[int, int]) -> Audio:
         """The audio of latent frames ``[start, end)`` of ``latents`` (batch, channels, frames),
