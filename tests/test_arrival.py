@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from voicews.core.arrival import MAX_GAP, PRIOR, Arrival
@@ -40,3 +42,17 @@ def test_the_pause_between_turns_and_a_long_one_within_count_little() -> None:
     assert arrival.rates.written == fast
     arrival.delta("abcd", 110.0)  # ten seconds of a tool call count as MAX_GAP
     assert arrival.rates.written > 4 / (0.3 + 20 * 0.05 + MAX_GAP)
+
+
+def test_the_rate_seen_is_the_deltas_alone() -> None:
+    """Two deltas at 5 tokens a second: the prior still weighs in ``rates``, not in ``seen``."""
+    arrival = Arrival()
+    arrival.delta("Hmm,", 0.0)
+    assert arrival.seen is None and not arrival.measured
+    arrival.delta(" let", 0.2)
+    assert arrival.seen is not None and arrival.seen.written == pytest.approx(20.0)
+    assert arrival.rates.written > 35.0
+    together = Arrival()
+    together.delta("Hmm,", 0.0)
+    together.delta(" let", 0.0)  # in one instant: as fast as can be
+    assert together.seen is not None and together.seen.written == math.inf

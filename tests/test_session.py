@@ -424,7 +424,8 @@ def test_word_cuts_wait_until_the_listener_is_nearly_dry() -> None:
     s = make(stall_guard_ms=300, idle_flush_ms=10_000)  # clause at 0.475 s left, word at 0.275
     s.load(0.0, COST)
     apply(s, TurnReset(turn_id="t1"), 0.0)
-    apply(s, TextDelta(text="Sure, I can help with"), 0.0)
+    apply(s, TextDelta(text="Sure, I can "), 0.0)
+    apply(s, TextDelta(text="help with"), 0.0)  # two at once: the text comes fast
     synthesize(s, one(s), 1.0, 0.1)
     drain(s, 0.1)  # audio until about t = 1.09
     wakes = []
@@ -508,6 +509,7 @@ def test_queued_events_count_events_not_frames() -> None:
     s = make()
     apply(s, TurnReset(turn_id="t1"), 0.0)
     apply(s, TextDelta(text="Hello there, friend."), 0.0)
+    apply(s, EndText(), 0.0)
     synthesize(s, one(s), 0.5, 0.1)
     apply(s, Ping(), 0.1)
     frames = sum(isinstance(i, AudioFrame) for i in s.outbox)
@@ -774,3 +776,56 @@ def test_a_short_first_segments_next_is_due_when_its_audio_runs_out() -> None:
     second = one(s)
     assert second.text == "let me see about that."
     assert second.deadline == pytest.approx(0.1 + 0.4 - 0.008, abs=0.001)  # less the tail held
+
+
+def audio_frames(items: list[Outgoing]) -> int:
+    return sum(isinstance(i, AudioFrame) for i in items)
+
+
+def test_a_first_segment_asked_for_before_the_text_rate_is_known_is_heard_once_it_is() -> None:
+    """ "Hmm," said at once, with the rest of the reply at 5 tokens a second, left each word
+    said on its own. Its audio is made at once and heard once the text's rate is known: at
+    once where the text comes fast, after a lead of text where it comes slowly."""
+    fast = make(idle_flush_ms=10_000)
+    fast.load(0.0, COST)
+    apply(fast, TurnReset(turn_id="t1"), 0.0)
+    apply(fast, TextDelta(text="Hmm,"), 0.0)
+    first = one(fast)
+    assert first.text == "Hmm,"
+    synthesize(fast, first, 0.4, 0.03)
+    assert audio_frames(drain(fast, 0.03)) == 0  # made, held: the rate is not known
+    apply(fast, TextDelta(text=" let"), 0.05)  # 20 tokens a second
+    assert audio_frames(drain(fast, 0.05)) > 0
+
+    slow = make(idle_flush_ms=10_000)
+    slow.load(0.0, COST)
+    apply(slow, TurnReset(turn_id="t1"), 0.0)
+    apply(slow, TextDelta(text="Hmm,"), 0.0)
+    synthesize(slow, one(slow), 0.4, 0.03)
+    text = " let me check that for you, it will take a moment."
+    pieces = [text[i : i + 4] for i in range(0, len(text), 4)]
+    heard_at = None
+    for i, piece in enumerate(pieces, 1):  # 5 tokens a second
+        apply(slow, TextDelta(text=piece), 0.2 * i)
+        if audio_frames(drain(slow, 0.2 * i)):
+            heard_at = 0.2 * i
+            break
+    assert heard_at is not None and 1.0 < heard_at < 2.5  # a lead of text in hand first
+    wake = slow.wakeup_at(heard_at)
+    assert wake is not None and wake < heard_at + 0.4  # before "Hmm," has played out
+    slow.tick(wake)
+    second = one(slow)  # the next segment is a phrase, not a word
+    assert len(second.text.split()) >= 3, second.text
+    # Known now: the next turn's first segment waits for its lead before it is cut.
+    assert slow._shared.pacing.rate_known
+
+
+def test_a_first_segment_is_not_held_with_a_sentence_in_hand_or_the_text_ended() -> None:
+    for deltas in (["Hmm, let me see about that. "], ["Hmm, yes", None]):
+        s = make(idle_flush_ms=10_000)
+        s.load(0.0, COST)
+        apply(s, TurnReset(turn_id="t1"), 0.0)
+        for delta in deltas:
+            apply(s, TextDelta(text=delta) if delta else EndText(), 0.0)
+        synthesize(s, one(s), 0.4, 0.03)
+        assert audio_frames(drain(s, 0.03)) > 0, deltas

@@ -15,6 +15,7 @@ nothing, and a slow stretch weighs as long as it lasted.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from ..text.segmenter import spoken_length
@@ -50,6 +51,9 @@ class Arrival:
         self._spoken = prior.spoken * weight
         self._seconds = weight
         self._last: float | None = None
+        self._seen = [0.0, 0.0, 0.0]  # written, spoken, seconds: the deltas' alone
+        self.measured = False
+        """A delta has come after another of its turn (``seen`` has a figure)."""
 
     def turn_started(self) -> None:
         """A new turn: the time since the last delta of the previous one is not arrival."""
@@ -66,7 +70,22 @@ class Arrival:
         self._written = self._written * decay + len(text)
         self._spoken = self._spoken * decay + spoken_length(text)
         self._seconds = self._seconds * decay + gap
-        self._last = now
+        written, spoken, seconds = self._seen
+        self._seen = [written * decay + len(text), spoken * decay + spoken_length(text)]
+        self._seen.append(seconds * decay + gap)
+        self._last, self.measured = now, True
+
+    @property
+    def seen(self) -> Rates | None:
+        """Characters a second lately, from the deltas alone, without the prior (None before
+        a delta has come after another; deltas in one instant: as fast as can be). Two
+        deltas at 5 tokens a second tell 20 characters a second, where ``rates`` says 40."""
+        if not self.measured:
+            return None
+        written, spoken, seconds = self._seen
+        if seconds <= 0.0:
+            return Rates(math.inf, math.inf)
+        return Rates(written / seconds, spoken / seconds)
 
     @property
     def rates(self) -> Rates:

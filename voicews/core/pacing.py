@@ -16,7 +16,7 @@ import math
 from collections.abc import Iterable
 
 from ..text.segmenter import Fit, Urgency
-from .arrival import Arrival
+from .arrival import Arrival, Rates
 from .cost import DEFAULT_PRIOR, Cost
 
 # A timer set for a cut time finds the audio left equal to the guard give or take a rounding
@@ -36,6 +36,9 @@ LONE_WAIT = 0.15
 CALM_WAIT = 0.05
 """Seconds of queue wait under which the worker has compute to spare (see ``calm``): a burst of
 16 conversations, which the next word's compute cost 8% more CPU per second of audio, is not."""
+SLOW = Rates(written=20.0, spoken=20.0)
+"""Five tokens a second of four characters: the slowest text a first segment asked for before
+the rate is known is held for (``holds_lead``); with less in hand than its lead."""
 HORIZON = 6.0
 """Seconds of speech ahead over which text arriving slower than it is spoken is made up by
 starting later (a reply's rest is not known; this is a typical one)."""
@@ -109,7 +112,7 @@ class Pacing:
             self._arrival.turn_started()
         self._arrival.delta(text, now)
 
-    def start_lead(self) -> float:
+    def start_lead(self, rates: Rates | None = None) -> float:
         """Seconds of audio a turn's text in hand should hold before it starts speaking: what
         ``LEAD_CHARS`` take to arrive at the rate the text comes, less the speech that arrives
         while a first clause plays, and, where the text comes slower than it is spoken, what
@@ -117,10 +120,22 @@ class Pacing:
         about 2.5 s: a cut then finds four or five words waiting (cuts come when the listener
         has a guard's worth left, so a cut holds about the lead less the guard), and a price
         streamed a digit a token arrives whole before it is needed."""
-        rates = self._arrival.rates
+        rates = rates or self._arrival.rates
         speech = rates.spoken * self._audio_per_char  # seconds of speech arriving a second
         deficit = HORIZON * max(0.0, 1.0 - speech)
         return max(0.0, LEAD_CHARS / max(rates.written, 1.0) - FIRST_AUDIO * speech) + deficit
+
+    @property
+    def rate_known(self) -> bool:
+        """The conversation's text rate has been measured (``Arrival.measured``)."""
+        return self._arrival.measured
+
+    def holds_lead(self, pending_chars: int) -> bool:
+        """``holds_start`` at the rate the deltas tell alone (the prior, weighed in, made two
+        deltas at 5 tokens a second look twice as fast), as if the text came at ``SLOW``
+        until then: whether a first segment asked for before the rate was known waits."""
+        rates = self._arrival.seen or SLOW
+        return pending_chars * self._audio_per_char < self.start_lead(rates)
 
     def holds_start(self, pending_chars: int) -> bool:
         """Whether a turn with ``pending_chars`` (spoken) in hand should wait for more text

@@ -224,7 +224,9 @@ class TurnPipeline:
                 return  # text comes slowly: wait for enough in hand to go on from
             segment = turn.segmenter.next_segment(urgency, first_chars, fit)
             if segment is not None:
-                self._submit(segment, now)
+                # Computed now, heard once the text rate is known (a token or so later).
+                lead = hold and not pacing.rate_known and self._holds_lead(segment)
+                self._submit(segment, now, trial=lead, lead=lead)
                 return
             if urgency is Urgency.FIRST and pacing.idle:
                 trial = turn.segmenter.trial_first(first_chars)
@@ -249,12 +251,19 @@ class TurnPipeline:
     def _judge(self, job: InFlight, now: float) -> None:
         """A trial first segment: confirmed by the text since (what it gave goes out), or
         dropped (its job cancelled, its text left to be cut again); undecided, it waits until
-        text stops coming (the idle flush)."""
+        text stops coming (the idle flush). One held for the lead goes out once the lead is
+        in hand, the text has ended, or it stops coming."""
         turn, shared = self.turn, self._shared
-        verdict = turn.segmenter.judge_trial(job.segment)
-        if verdict is None and not turn.idle(now, shared.config.idle_flush_ms / 1000):
-            return
-        shared.stats.trials.append("confirmed" if verdict else "dropped")
+        idle = turn.idle(now, shared.config.idle_flush_ms / 1000)
+        if job.lead:
+            if not idle and turn.state is not TurnState.CLOSED and self._holds_lead(job.segment):
+                return
+            verdict: bool | None = True
+        else:
+            verdict = turn.segmenter.judge_trial(job.segment)
+            if verdict is None and not idle:
+                return
+            shared.stats.trials.append("confirmed" if verdict else "dropped")
         if not verdict:
             shared.jobs.cancel([job.job_id])
             turn.in_flight, turn.first_submitted = None, False
@@ -270,7 +279,18 @@ class TurnPipeline:
         if job.done:
             self._synthesized(job, now)
 
-    def _submit(self, segment: Segment, now: float, trial: bool = False) -> None:
+    def _holds_lead(self, segment: Segment) -> bool:
+        """A first segment held for the lead waits while the text in hand (the segment's and
+        what came after it) is short of the lead (at the rate the text comes, or until that
+        is known, at ``SLOW``) and holds no sentence end: the next cut would be a word or two
+        of a sentence still coming."""
+        segmenter = self.turn.segmenter
+        pending = spoken_length(segment.text) + segmenter.next_spoken
+        return self._shared.pacing.holds_lead(pending) and not segmenter.sentence_in_hand
+
+    def _submit(
+        self, segment: Segment, now: float, trial: bool = False, lead: bool = False
+    ) -> None:
         turn, shared, jobs = self.turn, self._shared, self._shared.jobs
         first = not turn.first_submitted
         # Due when the listener runs dry: the audio sent and the audio still queued for the
@@ -296,7 +316,9 @@ class TurnPipeline:
             submitted_at=now,
         )
         expected = shared.pacing.queue_wait(None if first else end - now)
-        turn.in_flight = InFlight(request.job_id, segment, now, reading, expected, trial=trial)
+        turn.in_flight = InFlight(
+            request.job_id, segment, now, reading, expected, trial=trial, lead=lead
+        )
         turn.first_submitted = True
         if not trial:  # a trial's segment begins once it is confirmed
             turn.track.begin(segment.text, reading.spoken if reading else None)

@@ -46,7 +46,12 @@ class InFlight:
     """The engine's samples it has produced."""
     trial: bool = False
     """A first segment asked for before the next token confirmed its last word: what it gives
-    is held until then, and dropped if the word grows."""
+    is held until then, and dropped if the word grows. Or one held for the lead (``lead``)."""
+    lead: bool = False
+    """A conversation's first segment, asked for before its text rate was known: what it
+    gives is held until the rate is known and, where the text comes slowly, until the lead is
+    in hand (``Pacing.holds_start``). Said at once, "Hmm," was followed by a reply said a
+    word at a time at 5 tokens a second."""
     held: list[Audio] = field(default_factory=list)
     """A trial's audio, until it is confirmed."""
     held_words: Sequence[int] | None = None

@@ -197,6 +197,11 @@ class Segmenter:
         return word if word.replace("'", "").replace("\u2019", "").isalpha() else ""
 
     @property
+    def sentence_in_hand(self) -> bool:
+        """The pending text reaches a sentence end: the next cut can be a whole sentence."""
+        return any(cut.boundary is Boundary.SENTENCE for cut in self._cuts())
+
+    @property
     def has_text(self) -> bool:
         return bool(self._buf.strip())
 
