@@ -22,6 +22,7 @@ from conftest import running, timeout, with_session
 from voicews.core import events as core
 from voicews.core.config import SessionConfig
 from voicews.core.cost import DEFAULT_PRIOR
+from voicews.core.pacing import Load
 from voicews.core.session import Session
 from voicews.dialects.realtime import apply
 from voicews.errors import SESSION_CODES, VoicewsError
@@ -170,7 +171,7 @@ def test_session_survives_any_sequence_of_frames(steps: list[object]) -> None:
             now += step.seconds
             session.tick(now)
         elif isinstance(step, Idle):
-            session.load(0.0, DEFAULT_PRIOR, step.idle)
+            session.load(Load(0.0, DEFAULT_PRIOR, step.idle))
         elif isinstance(step, Synthesize):
             if in_flight:
                 job = in_flight.pop(0)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from voicews.core.cost import DEFAULT_PRIOR, Cost
-from voicews.core.pacing import FIRST_AUDIO, HORIZON, LEAD_CHARS, Pacing
+from voicews.core.pacing import FIRST_AUDIO, HORIZON, LEAD_CHARS, Load, Pacing
 from voicews.text.segmenter import Fit, Urgency
 
 COST = Cost(fixed=0.1, per_char=0.005)
@@ -13,7 +13,7 @@ COST = Cost(fixed=0.1, per_char=0.005)
 
 def paced(stall_guard_ms: int = 150, cost: Cost = COST, wait: float = 0.0) -> Pacing:
     pacing = Pacing(stall_guard_ms=stall_guard_ms, max_chars=100)
-    pacing.engine(cost, wait)
+    pacing.engine(Load(cost=cost, wait=wait))
     return pacing
 
 
@@ -37,12 +37,12 @@ def test_urgency_rises_as_the_audio_left_falls() -> None:
 def test_an_idle_worker_relaxes_into_clause_cuts_but_never_past_urgent() -> None:
     pacing = paced()
     clause, word = pacing.guards(pending_chars=40, ahead=1.0)
-    pacing.engine(COST, 0.0, idle=True)
+    pacing.engine(Load(cost=COST, wait=0.0, idle=True))
     assert pacing.urgency(clause + 0.01, 40) is Urgency.IDLE
     assert pacing.urgency(clause, 40) is Urgency.URGENT
     assert pacing.urgency(word, 40) is Urgency.CRITICAL
     slow = Cost(fixed=0.5, per_char=0.1)  # slower than real time: whole sentences still
-    pacing.engine(slow, 0.0, idle=True)
+    pacing.engine(Load(cost=slow, wait=0.0, idle=True))
     assert pacing.urgency(10.0, 40) is Urgency.RELAXED
 
 
@@ -76,7 +76,7 @@ def test_the_guards_count_the_queue_due_before_the_segment() -> None:
     calm = paced().guards(40, 1.0)
     queue = ((0.2, 0.1), (0.6, 0.15), (1.5, 0.4))  # due in 0.2, 0.6 and 1.5 s
     crowded = paced()
-    crowded.engine(COST, 0.3, queue=queue)
+    crowded.engine(Load(cost=COST, wait=0.3, queue=queue))
     assert crowded.queue_wait(1.0) == pytest.approx(0.25)
     assert crowded.guards(40, 1.0) == pytest.approx((calm[0] + 0.25, calm[1] + 0.25))
     assert crowded.guards(40, 0.1) == pytest.approx(calm)  # due before them all
@@ -84,7 +84,7 @@ def test_the_guards_count_the_queue_due_before_the_segment() -> None:
         [10.0 - calm[0] - 0.25, 10.0 - calm[1] - 0.25]
     )
     slow = Cost(fixed=0.3, per_char=0.03)
-    crowded.engine(slow, 0.3, queue=queue)
+    crowded.engine(Load(cost=slow, wait=0.3, queue=queue))
     assert crowded.fit(1.05).most == paced(cost=slow).fit(0.8).most == 11  # less to fit
 
 
@@ -96,7 +96,7 @@ def test_a_crowded_worker_makes_first_segments_longer() -> None:
     # Sessions starting together: nothing waited lately, but the queue holds 400 ms for a
     # first segment asked for now; the first segment holds more.
     starting = paced()
-    starting.engine(COST, 0.0, backlog=0.4)
+    starting.engine(Load(cost=COST, wait=0.0, backlog=0.4))
     assert starting.first_chars(speed=1.0) == 6
     assert starting.queue_wait(None) == pytest.approx(0.4)
 
@@ -166,7 +166,7 @@ def test_a_lone_word_waits_for_the_next_only_where_it_is_due_in_time() -> None:
 def test_calm_while_nothing_waits_for_the_worker() -> None:
     pacing = paced()
     assert pacing.calm
-    pacing.engine(COST, 0.0, backlog=0.3)  # first segments asked for now would wait
+    pacing.engine(Load(cost=COST, wait=0.0, backlog=0.3))  # first segments asked for now would wait
     assert not pacing.calm
-    pacing.engine(COST, 0.2)  # segments waited lately
+    pacing.engine(Load(cost=COST, wait=0.2))  # segments waited lately
     assert not pacing.calm

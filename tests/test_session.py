@@ -23,6 +23,7 @@ from voicews.core.events import (
     Words,
 )
 from voicews.core.jobs import GenerationRequest, SynthesisRequest
+from voicews.core.pacing import Load
 from voicews.core.session import Session
 from voicews.dialects.realtime import apply, created
 from voicews.encoding import OutputFormat
@@ -280,7 +281,7 @@ def test_slow_reader_pauses_synthesis_until_audio_is_read() -> None:
 
 def idle_worker_turn(*deltas: str) -> Session:
     s = make(idle_flush_ms=500)
-    s.load(0.0, COST, idle=True)
+    s.load(Load(0.0, COST, idle=True))
     apply(s, TurnReset(turn_id="t1"), 0.0)
     for delta in deltas:
         apply(s, TextDelta(text=delta), 0.0)
@@ -364,7 +365,7 @@ def test_idle_flush_speaks_text_that_stopped_mid_sentence() -> None:
 
 def test_stall_guard_cuts_at_a_clause_before_the_listener_runs_dry() -> None:
     s = make(stall_guard_ms=400, idle_flush_ms=10_000)
-    s.load(0.0, COST)
+    s.load(Load(0.0, COST))
     apply(s, TurnReset(turn_id="t1"), 0.0)
     apply(s, TextDelta(text="Hi, the forecast for today is sunny, warm and "), 0.0)
     synthesize(s, one(s), 1.0, 0.1)
@@ -382,7 +383,7 @@ def test_an_idle_worker_takes_a_clause_while_the_listener_has_audio_in_hand() ->
     """The same text as above with the worker idle: the clause goes at once, not at the
     stall guard's time."""
     s = make(stall_guard_ms=400, idle_flush_ms=10_000)
-    s.load(0.0, COST, idle=True)
+    s.load(Load(0.0, COST, idle=True))
     apply(s, TurnReset(turn_id="t1"), 0.0)
     apply(s, TextDelta(text="Hi, the forecast for today is sunny, warm and "), 0.0)
     synthesize(s, one(s), 1.0, 0.1)
@@ -392,7 +393,7 @@ def test_an_idle_worker_takes_a_clause_while_the_listener_has_audio_in_hand() ->
 
 def test_stall_guard_grows_with_the_synthesis_latency_it_sees() -> None:
     s = make(stall_guard_ms=100, idle_flush_ms=10_000)
-    s.load(0.0, COST)
+    s.load(Load(0.0, COST))
     apply(s, TurnReset(turn_id="t1"), 0.0)
     apply(s, TextDelta(text="Hi, the forecast for today is sunny, warm and "), 0.0)
     synthesize(s, one(s), 3.0, 0.9)  # a slow worker: 0.9 s to the first audio of "Hi,"
@@ -409,7 +410,7 @@ def test_a_slower_engine_cuts_sooner() -> None:
     wakes = []
     for cost in (COST, Cost(fixed=0.4, per_char=0.02)):
         s = make(stall_guard_ms=100, idle_flush_ms=10_000)
-        s.load(0.0, cost)
+        s.load(Load(0.0, cost))
         apply(s, TurnReset(turn_id="t1"), 0.0)
         apply(s, TextDelta(text="Hi, the forecast for today is sunny, warm and "), 0.0)
         synthesize(s, one(s), 3.0, cost.latency(3))
@@ -422,7 +423,7 @@ def test_a_slower_engine_cuts_sooner() -> None:
 
 def test_word_cuts_wait_until_the_listener_is_nearly_dry() -> None:
     s = make(stall_guard_ms=300, idle_flush_ms=10_000)  # clause at 0.475 s left, word at 0.275
-    s.load(0.0, COST)
+    s.load(Load(0.0, COST))
     apply(s, TurnReset(turn_id="t1"), 0.0)
     apply(s, TextDelta(text="Sure, I can "), 0.0)
     apply(s, TextDelta(text="help with"), 0.0)  # two at once: the text comes fast
@@ -444,7 +445,7 @@ def test_with_all_the_text_in_a_sentence_too_long_to_fit_is_cut_once_critical() 
     """Urgent, and no clause of the last sentence fits: the cut waits for the critical time,
     for which a timer is set though no more text can come."""
     s = make(stall_guard_ms=300, idle_flush_ms=10_000)
-    s.load(0.0, COST)
+    s.load(Load(0.0, COST))
     apply(s, TurnReset(turn_id="t1"), 0.0)
     apply(s, TextDelta(text="Sure, I can help with that and more today."), 0.0)
     apply(s, EndText(), 0.0)
@@ -767,7 +768,7 @@ def test_a_short_first_segments_next_is_due_when_its_audio_runs_out() -> None:
     """ "Hmm," is short by design: the next segment, asked for as soon as it is made, is due
     when its audio ends (queued for the socket, not yet sent), not at once."""
     s = make(idle_flush_ms=10_000)
-    s.load(0.0, COST)
+    s.load(Load(0.0, COST))
     apply(s, TurnReset(turn_id="t1"), 0.0)
     apply(s, TextDelta(text="Hmm, let me see about that. "), 0.0)
     first = one(s)
@@ -787,7 +788,7 @@ def test_a_first_segment_asked_for_before_the_text_rate_is_known_is_heard_once_i
     said on its own. Its audio is made at once and heard once the text's rate is known: at
     once where the text comes fast, after a lead of text where it comes slowly."""
     fast = make(idle_flush_ms=10_000)
-    fast.load(0.0, COST)
+    fast.load(Load(0.0, COST))
     apply(fast, TurnReset(turn_id="t1"), 0.0)
     apply(fast, TextDelta(text="Hmm,"), 0.0)
     first = one(fast)
@@ -798,7 +799,7 @@ def test_a_first_segment_asked_for_before_the_text_rate_is_known_is_heard_once_i
     assert audio_frames(drain(fast, 0.05)) > 0
 
     slow = make(idle_flush_ms=10_000)
-    slow.load(0.0, COST)
+    slow.load(Load(0.0, COST))
     apply(slow, TurnReset(turn_id="t1"), 0.0)
     apply(slow, TextDelta(text="Hmm,"), 0.0)
     synthesize(slow, one(slow), 0.4, 0.03)
@@ -823,7 +824,7 @@ def test_a_first_segment_asked_for_before_the_text_rate_is_known_is_heard_once_i
 def test_a_first_segment_is_not_held_with_a_sentence_in_hand_or_the_text_ended() -> None:
     for deltas in (["Hmm, let me see about that. "], ["Hmm, yes", None]):
         s = make(idle_flush_ms=10_000)
-        s.load(0.0, COST)
+        s.load(Load(0.0, COST))
         apply(s, TurnReset(turn_id="t1"), 0.0)
         for delta in deltas:
             apply(s, TextDelta(text=delta) if delta else EndText(), 0.0)

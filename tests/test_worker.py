@@ -33,9 +33,10 @@ from voicews.compute.jobs import (
     Work,
     synthesis,
 )
-from voicews.compute.planning import WAIT_HALF_LIFE, Load, Planner
+from voicews.compute.planning import WAIT_HALF_LIFE, Planner
 from voicews.compute.stats import OVERLOAD_BUSY, OVERLOAD_WAIT, WINDOW, WorkerStats
 from voicews.core.cost import DEFAULT_PRIOR, Cost
+from voicews.core.pacing import Load
 from voicews.engines import engine_factory
 from voicews.engines.base import Engine, SynthesisOptions, WordStarts
 

@@ -118,8 +118,7 @@ class SessionDriver:
         too, as other sessions may have asked for compute since it last synced (16 sessions
         whose second words come in the same instant would each see the worker idle, and try
         their first words at once)."""
-        load = self._worker.load()
-        self.session.load(load.wait, load.cost, load.idle, load.backlog, load.queue)
+        self.session.load(self._worker.load())
 
     async def serve(
         self, send_loop: Coroutine[Any, Any, Sent], receive_loop: Coroutine[Any, Any, Received]

@@ -54,7 +54,7 @@ from voicews.core.config import SessionConfig
 from voicews.core.cost import PRIORS, Cost, CostModel
 from voicews.core.events import AudioFrame, Outgoing, TurnDone
 from voicews.core.jobs import SynthesisRequest
-from voicews.core.pacing import Queue, waits
+from voicews.core.pacing import Load, waits
 from voicews.core.session import Session
 
 RATE = 22050
@@ -219,7 +219,7 @@ class Simulation:
         for job_id in session.take_cancellations():
             if (cancelled := conv.jobs.pop(job_id, None)) is not None:
                 cancelled.job.cancelled = True
-        session.load(self.waited(), *self.load())
+        session.load(self.load())
         if conv.timer is not None:
             self._cancelled.add(conv.timer[1])
             conv.timer = None
@@ -228,14 +228,13 @@ class Simulation:
             conv.timer = (wake, self.at(wake, lambda: self.tick(conv)))
         self.dispatch()
 
-    def load(self) -> tuple[Cost, bool, float, Queue]:
-        """The cost, whether a job asked for now starts at once, the backlog a first segment
-        asked for now waits behind, and the queue, as ``Planner.load`` tells them."""
+    def load(self) -> Load:
+        """The worker's figures as ``Planner.load`` tells them to the sessions."""
         cost = self.costs.estimate(self.now)
         queued = [j for j in self.queue if not j.job.cancelled]
         queue = queued_compute((j.job for j in queued), cost, self.lanes, self.now)
         backlog = waits(queue, planning.FIRST_AUDIO_TARGET)
-        return cost, not queued and self.free > 0, backlog, queue
+        return Load(self.waited(), cost, not queued and self.free > 0, backlog, queue)
 
     def tick(self, conv: SimSession) -> None:
         conv.timer = None

@@ -25,8 +25,8 @@ from bench.capacity.simulate import POLICIES, RATE, EngineModel, Machine, Simula
 from bench.harness.connections import Turn
 from bench.harness.summaries import fmt, int_list, percentile, render
 from voicews.core.config import SessionConfig
-from voicews.core.cost import PRIORS, Cost
-from voicews.core.pacing import Queue
+from voicews.core.cost import PRIORS
+from voicews.core.pacing import Load
 from voicews.text.segmenter import Fit, Urgency
 
 
@@ -42,15 +42,8 @@ class TodayPacing:
         self._wait = 0.0
         self.idle = False
 
-    def engine(
-        self,
-        cost: Cost,
-        wait: float,
-        idle: bool = False,
-        backlog: float = 0.0,
-        queue: Queue = (),
-    ) -> None:
-        self._wait, self.idle = wait, idle
+    def engine(self, load: Load) -> None:
+        self._wait, self.idle = load.wait, load.idle
 
     def queue_wait(self, ahead: float | None) -> float:
         return self._wait

@@ -14,9 +14,10 @@ import time
 from collections.abc import Callable
 
 from ..core.cost import DEFAULT_PRIOR, PRIORS, Cost, CostModel
+from ..core.pacing import Load
 from ..engines.base import Engine, WarmingEngine, Window, WindowedEngine
 from .jobs import Job, JobAudio, JobDone, JobEvent, JobFailed, JobText, JobWords, close, event_of
-from .planning import Load, Planner
+from .planning import Planner
 from .stats import WorkerStats
 
 log = logging.getLogger(__name__)

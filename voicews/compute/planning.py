@@ -19,37 +19,15 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
-from dataclasses import dataclass
 
 from ..core.cost import DEFAULT_PRIOR, Cost, CostModel
-from ..core.pacing import waits
+from ..core.pacing import Load, waits
 from .jobs import ALLOWANCE, FIRST_AUDIO_TARGET, Job
 
 WAIT_HALF_LIFE = 1.0
 """Seconds in which the queue wait last seen counts half as much: a wait seen in a burst says
 less and less of a worker that has not made anyone wait since."""
 _INITIAL_COST = 0.1  # lane-seconds of compute per second of audio, until measured
-
-
-@dataclass(frozen=True, slots=True)
-class Load:
-    """The worker as a session paces itself by it (``ComputeWorker.load``)."""
-
-    wait: float
-    """Seconds segments wait in the queue lately (``ComputeWorker.queue_wait``)."""
-    cost: Cost
-    """A segment's compute to its first audio, as fitted."""
-    idle: bool
-    """A job submitted now would start at once."""
-    backlog: float
-    """Seconds a first segment asked for now would wait: the compute of the queued segments
-    due before it, over the lanes."""
-    queue: tuple[tuple[float, float], ...] = ()
-    """The queued segments, due first first: when each is due (seconds from now) and its
-    compute over the lanes. A segment due in ``t`` waits for those due before it (the job
-    due first runs next), not for what segments waited lately: sessions that counted the
-    waits of segments due long after theirs all ran short at once, cut their shortest
-    pieces together and made the queue longer still."""
 
 
 def queued_compute(

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
+from dataclasses import dataclass
 
 from ..text.segmenter import Fit, Urgency
 from .arrival import Arrival, Rates
@@ -55,6 +56,27 @@ def waits(queue: Iterable[tuple[float, float]], due: float) -> float:
     return sum(seconds for at, seconds in queue if at <= due + _SLACK)
 
 
+@dataclass(frozen=True, slots=True)
+class Load:
+    """The worker as a session paces itself by it (``ComputeWorker.load``)."""
+
+    wait: float
+    """Seconds segments wait in the queue lately (``ComputeWorker.queue_wait``)."""
+    cost: Cost
+    """A segment's compute to its first audio, as fitted."""
+    idle: bool = False
+    """A job submitted now would start at once."""
+    backlog: float = 0.0
+    """Seconds a first segment asked for now would wait: the compute of the queued segments
+    due before it, over the lanes."""
+    queue: Queue = ()
+    """The queued segments, due first first: when each is due (seconds from now) and its
+    compute over the lanes. A segment due in ``t`` waits for those due before it (the job
+    due first runs next), not for what segments waited lately: sessions that counted the
+    waits of segments due long after theirs all ran short at once, cut their shortest
+    pieces together and made the queue longer still."""
+
+
 class Pacing:
     """``stall_guard_ms``: the margin; ``max_chars``: the segmenter's cap on a segment."""
 
@@ -70,20 +92,13 @@ class Pacing:
         self._audio_per_char = 1 / _CHARS_PER_SECOND
         self._arrival = Arrival()
 
-    def engine(
-        self,
-        cost: Cost,
-        wait: float,
-        idle: bool = False,
-        backlog: float = 0.0,
-        queue: Queue = (),
-    ) -> None:
-        """The engine's cost as the compute worker measures it, the seconds segments (every
-        session's) wait for the worker lately, whether it is ``idle`` now (a segment asked for
-        would start at once), the ``backlog`` a first segment asked for now would wait, and
-        the ``queue`` a later segment waits in, as far as it is due before it."""
-        self._cost, self._wait, self._idle, self._backlog = cost, wait, idle, backlog
-        self._queue = queue
+    def engine(self, load: Load) -> None:
+        """The compute worker as ``load`` tells it: the engine's cost as it measures it, the
+        seconds segments (every session's) waited for it lately, whether it is idle now (a
+        segment asked for would start at once), the backlog a first segment asked for now
+        would wait, and the queue a later segment waits in, as far as it is due before it."""
+        self._cost, self._wait, self._idle = load.cost, load.wait, load.idle
+        self._backlog, self._queue = load.backlog, load.queue
 
     def observe(self, seconds: float, chars: int, expected_wait: float = 0.0) -> None:
         """A segment of ``chars`` gave its first audio ``seconds`` after it was asked for, when

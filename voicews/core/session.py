@@ -33,7 +33,6 @@ from ..errors import CloseCode, ErrorCode, VoicewsError
 from .config import SessionConfig, SettingsUpdate
 from .contexts import Context, Contexts
 from .conversation import Conversation, Message
-from .cost import Cost
 from .events import (
     AudioFrame,
     Close,
@@ -47,7 +46,7 @@ from .events import (
 )
 from .jobs import GenerationRequest, JobBook, Request
 from .outbox import Outbox
-from .pacing import Pacing, Queue
+from .pacing import Load, Pacing
 from .pipeline import SessionStats, Shared, TurnPipeline
 from .rate import TokenBucket
 from .settings import Settings
@@ -253,20 +252,13 @@ class Session:
             self.close_request = Close(CloseCode.NORMAL_CLOSURE, "idle timeout")
         self._pump(now)
 
-    def load(
-        self,
-        wait: float,
-        cost: Cost,
-        idle: bool = False,
-        backlog: float = 0.0,
-        queue: Queue = (),
-    ) -> None:
-        """The compute worker lately: segments wait ``wait`` seconds for it (keep that much
-        more audio in hand), a segment's first audio costs the engine ``cost``, it is ``idle``
-        now (a clause may go while the listener has audio in hand), and a first segment asked
-        for now would wait ``backlog`` seconds (it holds more), and a later one waits for the
-        ``queue`` as far as it is due before it."""
-        self._shared.pacing.engine(cost, wait, idle, backlog, queue)
+    def load(self, load: Load) -> None:
+        """The compute worker lately (``Load``): segments wait for it (keep that much more
+        audio in hand), a segment's first audio costs the engine so much, it is idle now (a
+        clause may go while the listener has audio in hand), a first segment asked for now
+        would wait its backlog (it holds more), and a later one waits for its queue as far
+        as it is due before it."""
+        self._shared.pacing.engine(load)
 
     def drain(self, now: float) -> None:
         """Server shutdown: finish the current turn, start no new one, then close."""
