@@ -11,9 +11,9 @@ from voicews.text.segmenter import (
     SegmenterConfig,
     Urgency,
     _classify,
-    speakable,
     spoken_length,
 )
+from voicews.text.urls import speakable
 
 
 def feed_all(seg: Segmenter, *deltas: str) -> None:

@@ -15,7 +15,8 @@ from dataclasses import dataclass, field, replace
 from ..audio import Audio
 from ..errors import ErrorCode, VoicewsError
 from ..text.reading import read
-from ..text.segmenter import Boundary, Fit, Segment, Urgency, speakable, spoken_length
+from ..text.segmenter import Boundary, Fit, Segment, Urgency, spoken_length
+from ..text.urls import speakable
 from .config import SessionConfig, Speaking
 from .events import AudioFrame, ReplyDelta, TurnDone
 from .jobs import GenerationRequest, JobBook, SynthesisRequest

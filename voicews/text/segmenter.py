@@ -16,6 +16,8 @@ _CLOSERS = "\"')]}\u00bb\u201d\u2019"  # and the closing guillemet and curly quo
 _OPENERS = "\"'([{\u00ab\u201c\u2018"
 _SENTENCE_END = ".!?\u2026"  # with the ellipsis character
 _CLAUSE_END = ",;:"
+TRAILING_MARKS = _CLOSERS + _SENTENCE_END + _CLAUSE_END
+"""What may follow a word's own characters: closers and sentence and clause ends."""
 _EN_DASH, _EM_DASH = "\u2013", "\u2014"
 _DASHES = ("-", _EN_DASH, _EM_DASH)
 # Early confirmation: a comma right after a letter is a clause end even before the next
@@ -27,11 +29,7 @@ _ABBREVIATIONS = frozenset(
     mon tue tues wed thu thur thurs fri sat sun ph.d""".split()
 )
 _DOTTED = re.compile(r"(?:[a-z]\.)+[a-z]")  # e.g, i.e, u.s.a, a.m
-_URL = re.compile(r"(?i)(?<![\w@.+-])(?:[a-z][a-z0-9+.-]*://|www\.)\S*")
 _URL_START = re.compile(r"(?i)[^\w\s]*(?:[a-z][a-z0-9+.-]*://|www\.)")  # a token that is one
-_URL_PREFIX = re.compile(r"(?i)^(?:[a-z][a-z0-9+.-]*://)?(?:[^/@?#]*@)?(?:www\.)?")
-URL_CHARS = 40
-"""Longest reading of a URL; see :func:`speakable`."""
 _URL_LIKE = re.compile(r"://|@|/|www\.|\w\.\w")
 _TOKEN = re.compile(r"\S+")
 _BINDS_FORWARD = frozenset(
@@ -111,24 +109,6 @@ def spoken_length(text: str) -> int:
     return len(text) + SPOKEN_EXTRA * len(_READ_AS_WORD.findall(text))
 
 
-def speakable(text: str) -> str:
-    """``text`` as it is read aloud: each URL (``scheme://...`` or ``www....``) as its host
-    and path, without scheme, credentials, query or fragment, cut at a ``/`` or ``.`` to at
-    most ``URL_CHARS`` characters. Three thousand characters of URL read out is not what a
-    listener wants, and each is one word still, so word timings keep their places."""
-    return _URL.sub(_read_url, text)
-
-
-def _read_url(match: re.Match[str]) -> str:
-    url = match.group()
-    core = url.rstrip(_CLOSERS + _SENTENCE_END + _CLAUSE_END)
-    path = re.split(r"[?#]", _URL_PREFIX.sub("", core), maxsplit=1)[0].rstrip("/")
-    if len(path) > URL_CHARS:
-        cut = max(path.rfind("/", 0, URL_CHARS + 1), path.rfind(".", 0, URL_CHARS + 1))
-        path = path[: cut if cut > 0 else URL_CHARS]
-    return (path or core[:URL_CHARS]) + url[len(core) :]
-
-
 @dataclass(frozen=True, slots=True)
 class SegmenterConfig:
     first_words: int | None = None
@@ -146,7 +126,7 @@ class SegmenterConfig:
     max_chars: int = 250
     """Longest segment, so one job never holds the compute worker for long: a longer token
     (a 4,000-character word, base64) is cut into pieces of this size. A URL is the one token
-    kept whole, however long: it is read shortened (:func:`speakable`)."""
+    kept whole, however long: it is read shortened (:func:`voicews.text.urls.speakable`)."""
 
 
 @dataclass(frozen=True, slots=True)
