@@ -160,6 +160,7 @@ GOLDEN_US = [
     ("St. Louis is big.", "Saint Louis is big."),
     ("Visit St. Louis.", "Visit Saint Louis."),
     ("Go to Main St. now.", "Go to Main Street now."),
+    ("It is at 221 Baker St.,", "It is at two hundred twenty-one Baker Street,"),  # a cut there
     ("Main St. is closed.", "Main Street is closed."),
     (
         "Meet at 221 Baker St. near the park.",

@@ -69,7 +69,9 @@ class Around:
 def abbreviation_trail(token: Token, around: Around, can_end: bool = True) -> str:
     """The closing punctuation of an expanded abbreviation: its own dot goes ("Dr. Patel" ->
     "Doctor Patel"), unless it also ends the sentence ("at 3 p.m." keeps one for the
-    segmenter); one that never ends a sentence (a title, "e.g.") always loses it."""
-    if token.trail.startswith(".") and not (can_end and around.sentence_ends):
+    segmenter); one that never ends a sentence (a title, "e.g.") always loses it, as does one
+    a clause mark follows ("221 Baker St., on" cut after the comma ended a sentence there)."""
+    clause = token.trail[1:2] in (",", ";", ":")
+    if token.trail.startswith(".") and not (can_end and around.sentence_ends and not clause):
         return token.trail[1:]
     return token.trail
