@@ -142,7 +142,8 @@ def test_an_idle_context_is_closed_after_its_timeout_which_the_client_may_set() 
     s = make()
     s.start(0.0)
     apply(s, TurnReset(turn_id="a1", context_id="a"), 0.0)
-    apply(s, TextDelta(text="Hi.", context_id="a"), 0.0)
+    apply(s, TextDelta(text="H", context_id="a"), 0.0)
+    apply(s, TextDelta(text="i.", context_id="a"), 0.0)  # two at once: the text comes fast
     synthesize(s, one(s), 0.3, 0.1)  # spoken: the context now has nothing to do
     assert s.wakeup_at(0.1) == 20.0  # idle since its last message, 20 s by default
     s.tick(19.9)
