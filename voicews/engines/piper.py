@@ -20,6 +20,7 @@ from ..audio import Audio
 from ..cache import cache_dir, file_key, write_atomically
 from .base import SynthesisOptions, WordStarts
 from .ort import Inferences, LaneSessions
+from .piper_int8 import float_wanted, int8_decoder
 from .piper_words import BOS, EOS, PAD, WordPlacer, inference_chunks, phonemize
 
 log = logging.getLogger(__name__)
@@ -159,17 +160,33 @@ class PiperEngine:
         sessions = LaneSessions(split[0] if split else timed, inferences=self._inferences)
         self._voice = PiperVoice(session=sessions, config=config)
         self.device = sessions.device
-        self._decoder = LaneSessions(split[1], inferences=self._inferences) if split else None
-        if self._decoder is not None:
+        self._config_type = SynthesisConfig
+        self._length_scale = config.length_scale
+        self._decoder: LaneSessions | None = None
+        if split is not None:
+            decoder = split[1] if float_wanted() else int8_decoder(split[1], self.quiet_latents)
+            self._decoder = LaneSessions(decoder, inferences=self._inferences)
             self._decoder_input = self._decoder.get_inputs()[0].name
         self._hop = config.hop_length
         self._silent = {
             i for p, ids in config.phoneme_id_map.items() if not _sounds(p) for i in ids
         }
         self._words = WordPlacer(self._voice)
-        self._config_type = SynthesisConfig
-        self._length_scale = config.length_scale
         self.sample_rate: int = config.sample_rate
+
+    def quiet_latents(self, text: str) -> list[np.ndarray]:
+        """``text``'s latent frames (batch, channels, frames), one array per inference, with
+        the voice's noise off: the same every time."""
+        config = self._config_type(
+            length_scale=self._length_scale, noise_scale=0.0, noise_w_scale=0.0,
+            normalize_audio=False,
+        )  # fmt: skip
+        latents = []
+        for phonemes in inference_chunks([p for p in phonemize(self._voice, text) if p], 1.0):
+            ids = self._voice.phonemes_to_ids(phonemes)
+            frames, _ = self._voice.phoneme_ids_to_audio(ids, config, include_alignments=True)
+            latents.append(frames[np.newaxis] if frames.ndim == 2 else frames.reshape(1, -1, 1))
+        return latents
 
     def synthesize(self, text: str, options: SynthesisOptions) -> Iterator[Audio | WordStarts]:
         # No per-chunk normalization: it would change loudness from one segment to the next.
