@@ -30,6 +30,18 @@ def engine() -> Iterator[PiperEngine]:
     yield PiperEngine()
 
 
+@pytest.fixture(scope="module")
+def quiet() -> Iterator[PiperEngine]:
+    """The float decoder, the voice's noise off: the same audio every time, and the float
+    decoder's exactness (int8 rounds an activation one way or the other as a float before it
+    differs in its last bits, as on one thread and two: 45-84 dB from itself)."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv(FLOAT_ENV, "1")
+        engine = PiperEngine()
+    engine._voice.config.noise_scale = engine._voice.config.noise_w_scale = 0.0
+    yield engine
+
+
 def test_short_sentences_are_one_inference_each() -> None:
     sentences = [list("hello"), list("there")]
     assert inference_chunks(sentences, 1.0) == sentences
@@ -124,18 +136,23 @@ def test_the_voice_is_cut_at_its_generators_one_input() -> None:
     assert split_at_decoder(with_durations(bundled_voice())) == split  # made once
 
 
-def test_windows_decoded_with_context_give_the_whole_sentences_audio(engine: PiperEngine) -> None:
-    ids = engine._voice.phonemes_to_ids(phonemize(engine._voice, "Good question, let me see.")[0])
-    latents, _ = engine._voice.phoneme_ids_to_audio(ids, include_alignments=True)
+@pytest.mark.parametrize(("decoder", "least_db"), [("float", 90), ("int8", 35)])
+def test_windows_decoded_with_context_give_the_whole_sentences_audio(
+    engine: PiperEngine, quiet: PiperEngine, decoder: str, least_db: float
+) -> None:
+    """The same waveform on the float decoder; on int8, as close as int8 is to itself."""
+    ids = quiet._voice.phonemes_to_ids(phonemize(quiet._voice, "Good question, let me see.")[0])
+    latents, _ = quiet._voice.phoneme_ids_to_audio(ids, include_alignments=True)
     latents = latents[np.newaxis]
     frames = latents.shape[2]
     assert frames > 2 * FIRST_WINDOW + 2 * CONTEXT
-    whole = engine.decode(latents, (0, frames))
+    used = quiet if decoder == "float" else engine
+    whole = used.decode(latents, (0, frames))
     assert len(whole) == frames * 256
-    parts = [engine.decode(latents, window) for window in windows(frames, eager=True)]
+    parts = [used.decode(latents, window) for window in windows(frames, eager=True)]
     assert [len(p) for p in parts] == [FIRST_WINDOW * 256, (frames - FIRST_WINDOW) * 256]
     error = np.concatenate(parts) - whole
-    assert 10 * np.log10(np.sum(whole**2) / np.sum(error**2)) > 90  # dB: the same waveform
+    assert 10 * np.log10(np.sum(whole**2) / np.sum(error**2)) > least_db  # dB
 
 
 def test_an_eager_segment_gives_its_first_window_first(engine: PiperEngine) -> None:
@@ -207,10 +224,17 @@ def _slope(audio: np.ndarray, sample_rate: int) -> float:
     return float(np.polyfit(times[kept], 12 * np.log2(f0[kept] / 100), 1)[0])
 
 
-def test_a_segment_cut_mid_sentence_ends_as_its_sentence_goes_on(engine: PiperEngine) -> None:
+def test_a_segment_cut_mid_sentence_ends_as_its_sentence_goes_on() -> None:
     """Said alone, "at a quarter" ends as a statement does, pitch falling; said with the next
     word, cut off where that word starts, it ends as the sentence goes on (measured over 26
-    pieces of the bench's replies: 50% of ends falling alone, 12% so)."""
+    pieces of the bench's replies: 50% of ends falling alone, 12% so). Piper's noise is drawn
+    from a fixed seed, so the test hears the same audio every run: over seeds 1-6 the worst
+    cut missed by 35-104 ms, their median 12-41 ms, and the median slope rose 6.6-18.8
+    semitones a second with the next word said (it failed runs now and then unseeded)."""
+    import onnxruntime
+
+    onnxruntime.set_seed(1)  # the sessions made after it draw the same noise each run
+    engine = PiperEngine()
     pieces = [
         ("I have booked", "you"), ("The next train", "to"), ("at a quarter", "past"),
         ("and it takes", "about"), ("That recipe needs", "two"), ("I checked your", "account"),

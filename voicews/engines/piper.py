@@ -164,7 +164,11 @@ class PiperEngine:
         self._length_scale = config.length_scale
         self._decoder: LaneSessions | None = None
         if split is not None:
-            decoder = split[1] if float_wanted() else int8_decoder(split[1], self.quiet_latents)
+            # int8 only where its quality was measured: the bundled voice (another voice's
+            # layout or ranges may differ; it keeps its float decoder).
+            measured = model.resolve() == bundled_voice().resolve()
+            quantized = measured and not float_wanted()
+            decoder = int8_decoder(split[1], self.quiet_latents) if quantized else split[1]
             self._decoder = LaneSessions(decoder, inferences=self._inferences)
             self._decoder_input = self._decoder.get_inputs()[0].name
         self._hop = config.hop_length
