@@ -24,6 +24,7 @@ from voicews.core.events import (
 )
 from voicews.core.jobs import GenerationRequest, SynthesisRequest
 from voicews.core.pacing import Load
+from voicews.core.pipeline import RECHECK
 from voicews.core.session import Session
 from voicews.dialects.realtime import apply, created
 from voicews.encoding import OutputFormat
@@ -830,3 +831,23 @@ def test_a_first_segment_is_not_held_with_a_sentence_in_hand_or_the_text_ended()
             apply(s, TextDelta(text=delta) if delta else EndText(), 0.0)
         synthesize(s, one(s), 0.4, 0.03)
         assert audio_frames(drain(s, 0.03)) > 0, deltas
+
+
+def test_a_turn_whose_cut_times_passed_without_a_cut_looks_again() -> None:
+    """The queue the urgency was read from changed before the timer was set (the worker runs
+    on its own threads): every cut time has passed, yet no cut was made. A closed turn has no
+    idle flush to wake it, and waited with its last sentence in hand (a soak under load)."""
+    s = make(stall_guard_ms=300, idle_flush_ms=10_000)
+    s.load(Load(0.0, COST))
+    apply(s, TurnReset(turn_id="t1"), 0.0)
+    apply(s, TextDelta(text="Okay. "), 0.0)
+    apply(s, TextDelta(text="And then we will go over every single thing you asked me about"), 0.0)
+    apply(s, EndText(), 0.0)
+    synthesize(s, one(s), 0.7, 0.1)
+    drain(s, 0.1)  # urgent, but the sentence does not fit and has no clause: no cut yet
+    assert not s.take_submissions()
+    s.load(Load(0.0, COST, queue=((0.0, 1.0),)))  # a second of compute due before it
+    wake = s.wakeup_at(0.1)
+    assert wake is not None and wake <= 0.1 + RECHECK + 1e-9
+    s.tick(wake)
+    assert one(s).text.startswith("And then")

@@ -75,6 +75,7 @@ class SessionDriver:
         while True:
             item = self.session.outbox.pop()
             if item is not None:
+                self.refresh()
                 self.session.sent(item, self.now())  # may free room for the next segment
                 self.sync()
                 return item
@@ -114,10 +115,13 @@ class SessionDriver:
         self._observe(session)
 
     def refresh(self) -> None:
-        """Tell the session what the compute worker is doing now: before it takes a message
-        too, as other sessions may have asked for compute since it last synced (16 sessions
-        whose second words come in the same instant would each see the worker idle, and try
-        their first words at once)."""
+        """Tell the session what the compute worker is doing now: before it takes a message,
+        a timer, a job's event or a sent frame too, as other sessions may have asked for
+        compute since it last synced (16 sessions whose second words come in the same instant
+        would each see the worker idle, and try their first words at once), and so that the
+        urgency it cuts by and the cut times its timer is set by read the same queue (a timer
+        that found the urgency read from a stale queue set no next one: a turn waited with
+        its last sentence in hand)."""
         self.session.load(self._worker.load())
 
     async def serve(
@@ -171,6 +175,7 @@ class SessionDriver:
 
     def _tick(self) -> None:
         self._timer = None
+        self.refresh()
         self.session.tick(self.now())
         self.sync()
 
@@ -180,6 +185,7 @@ class SessionDriver:
             self._loop.call_soon_threadsafe(self._on_job_event, job_id, event)
 
     def _on_job_event(self, job_id: int, event: JobEvent) -> None:
+        self.refresh()
         session, now = self.session, self.now()
         match event:
             case JobAudio(audio=audio):

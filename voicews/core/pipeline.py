@@ -24,6 +24,11 @@ from .outbox import Outbox
 from .pacing import Pacing
 from .turn import InFlight, Turn, TurnState
 
+RECHECK = 0.05
+"""Seconds after which a turn whose cut times have all passed, but which cut nothing (the
+queue its urgency read has changed since; waiting for a next word), looks again: with no timer
+and no event to come, a closed turn waited with its last sentence in hand."""
+
 _STALL_TOLERANCE = 0.02  # a frame this late after the listener ran dry counts as a stall
 
 
@@ -202,6 +207,8 @@ class TurnPipeline:
             return limit
         cuts = self._shared.pacing.cut_times(turn.listener.end, turn.segmenter.next_spoken, now)
         times = [limit, *(t for t in cuts if t > now)]
+        if cuts and len(times) == 1:  # every cut time passed, yet no cut: look again soon
+            times.append(now + RECHECK)
         if turn.state is not TurnState.CLOSED:  # all the text in: nothing to flush
             times.append(turn.last_delta + config.idle_flush_ms / 1000)
         return min(times)  # with all the text in, a sentence too long to fit waits for one
