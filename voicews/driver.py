@@ -89,7 +89,9 @@ class SessionDriver:
         await self._room.wait()
 
     def sync(self) -> None:
-        """Carry the session's requests out: jobs to the worker, wake the sender, set timer."""
+        """Carry the session's requests out: jobs to the worker, wake the sender, set timer.
+        The timer is set from the load the session acted on (``refresh`` comes before it
+        acts, not here), so its cut times and its urgency read the same queue."""
         session = self.session
         if session.outbox.events < MAX_QUEUED_EVENTS:
             self._room.set()
@@ -105,7 +107,6 @@ class SessionDriver:
                 self._worker.cancel(cancelled)
         if session.outbox or session.close_request is not None:
             self._wake.set()
-        self.refresh()
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
@@ -115,13 +116,13 @@ class SessionDriver:
         self._observe(session)
 
     def refresh(self) -> None:
-        """Tell the session what the compute worker is doing now: before it takes a message,
-        a timer, a job's event or a sent frame too, as other sessions may have asked for
-        compute since it last synced (16 sessions whose second words come in the same instant
-        would each see the worker idle, and try their first words at once), and so that the
-        urgency it cuts by and the cut times its timer is set by read the same queue (a timer
-        that found the urgency read from a stale queue set no next one: a turn waited with
-        its last sentence in hand)."""
+        """Tell the session what the compute worker is doing now, before it takes a message, a
+        timer, a job's event or a sent frame: other sessions may have asked for compute since
+        (16 sessions whose second words come in the same instant would each see the worker
+        idle, and try their first words at once). Once per event: a refresh between its cut
+        and its timer let the urgency and the cut times read different queues, and a timer
+        that found them disagreeing set no next one (a turn waited with its last sentence in
+        hand)."""
         self.session.load(self._worker.load())
 
     async def serve(

@@ -242,6 +242,7 @@ class ElevenLabsConnection:
         if session.close_request is not None:
             return
         if session.admit(now):
+            self.driver.refresh()
             try:
                 message = parse_message(data)
                 self._authorize(message)

@@ -110,6 +110,7 @@ async def speech(
     session.update(
         SettingsUpdate(speed=request.speed, voice=voice, normalization=request.normalization)
     )
+    driver.refresh()
     session.turn_reset("speech", now)
     session.text_delta(request.input, now)
     session.end_text(now)
