@@ -21,7 +21,7 @@ import math
 from collections.abc import Iterable
 
 from ..core.cost import DEFAULT_PRIOR, Cost, CostModel
-from ..core.pacing import Load, waits
+from ..core.pacing import Load, Queue, waits
 from .jobs import ALLOWANCE, FIRST_AUDIO_TARGET, Job
 
 WAIT_HALF_LIFE = 1.0
@@ -30,9 +30,7 @@ less and less of a worker that has not made anyone wait since."""
 _INITIAL_COST = 0.1  # lane-seconds of compute per second of audio, until measured
 
 
-def queued_compute(
-    jobs: Iterable[Job], cost: Cost, lanes: int, now: float
-) -> tuple[tuple[float, float], ...]:
+def queued_compute(jobs: Iterable[Job], cost: Cost, lanes: int, now: float) -> Queue:
     """``Load.queue`` of the queued ``jobs``: each segment's due time from ``now`` and its
     compute as the cost model puts it, over the lanes, due first first."""
     return tuple(

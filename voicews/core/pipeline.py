@@ -124,9 +124,7 @@ class TurnPipeline:
             job.held.append(audio)
             return
         self._shared.outbox.extend(self.turn.track.push(audio))
-        if job.held_words is not None and (words := self.turn.track.place_words(job.held_words)):
-            self._shared.outbox.append(words)
-        job.held_words = None
+        self._place_held_words(job)
 
     def on_words(self, job_id: int, starts: Sequence[int]) -> None:
         """The engine placed the segment's words: tell the client, and keep them, so a cut
@@ -252,7 +250,7 @@ class TurnPipeline:
             return (Urgency.FLUSH if idle else Urgency.FIRST), None
         if idle:
             return Urgency.FLUSH, None
-        ahead = turn.listener.left(now) + shared.outbox.samples / turn.listener.sample_rate
+        ahead = self._ahead(now)
         urgency = shared.pacing.urgency(ahead, turn.segmenter.next_spoken)
         return urgency, shared.pacing.fit(ahead, urgency is Urgency.CRITICAL)
 
@@ -282,10 +280,21 @@ class TurnPipeline:
         for audio in job.held:
             shared.outbox.extend(turn.track.push(audio))
         job.held = []
-        if job.held_words is not None and (words := turn.track.place_words(job.held_words)):
-            shared.outbox.append(words)
+        self._place_held_words(job)
         if job.done:
             self._synthesized(job, now)
+
+    def _place_held_words(self, job: InFlight) -> None:
+        """Word starts that came before the segment sounded (or was confirmed), placed now."""
+        if job.held_words is not None and (words := self.turn.track.place_words(job.held_words)):
+            self._shared.outbox.append(words)
+        job.held_words = None
+
+    def _ahead(self, now: float) -> float:
+        """Seconds of audio the listener has left: what was sent, and what is still queued
+        for the socket (a short first segment's, just made, has not gone out yet)."""
+        queued = self._shared.outbox.samples / self.turn.listener.sample_rate
+        return self.turn.listener.left(now) + queued
 
     def _holds_lead(self, segment: Segment) -> bool:
         """A first segment held for the lead waits while the text in hand (the segment's and
@@ -301,9 +310,7 @@ class TurnPipeline:
     ) -> None:
         turn, shared, jobs = self.turn, self._shared, self._shared.jobs
         first = not turn.first_submitted
-        # Due when the listener runs dry: the audio sent and the audio still queued for the
-        # socket (a short first segment's, just made, has not gone out yet).
-        end = now + turn.listener.left(now) + shared.outbox.samples / turn.listener.sample_rate
+        end = now + self._ahead(now)  # due when the listener runs dry
         speaking = self._speaking()
         options = speaking.options
         # URLs are read shortened to their host and path, one word each still.

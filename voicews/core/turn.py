@@ -37,9 +37,9 @@ class InFlight:
     segment: Segment
     submitted_at: float
     reading: Reading | None = None
+    """How the segment's text was read (None: as written)."""
     expected_wait: float = 0.0
     """Seconds the queue said it would wait when it was asked for (``Pacing.queue_wait``)."""
-    """How the segment's text was read (None: as written)."""
     sounded: bool = False
     """It has produced audio (and its latency was observed)."""
     samples: int = 0
@@ -50,7 +50,7 @@ class InFlight:
     lead: bool = False
     """A conversation's first segment, asked for before its text rate was known: what it
     gives is held until the rate is known and, where the text comes slowly, until the lead is
-    in hand (``Pacing.holds_start``). Said at once, "Hmm," was followed by a reply said a
+    in hand (``Pacing.holds_lead``). Said at once, "Hmm," was followed by a reply said a
     word at a time at 5 tokens a second."""
     held: list[Audio] = field(default_factory=list)
     """A trial's audio, until it is confirmed."""
