@@ -11,10 +11,11 @@ import re
 import socket
 import threading
 import tracemalloc
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass, replace
 
+import numpy as np
 import pytest
 
 from voicews.audio import Audio
@@ -157,3 +158,22 @@ class FailsOnMarker:
         if "explode" in text:
             raise RuntimeError("injected engine fault")
         return self.inner.synthesize(text, options)
+
+
+def side_by_side(run: Callable[[], np.ndarray], threads: int, runs: int) -> list[np.ndarray]:
+    """What ``run`` gives from ``threads`` threads started together, ``runs`` times each:
+    inferences side by side, to compare with one alone."""
+    results: list[np.ndarray] = []
+    start = threading.Barrier(threads)
+
+    def lane() -> None:
+        start.wait()
+        for _ in range(runs):
+            results.append(run())
+
+    workers = [threading.Thread(target=lane) for _ in range(threads)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join()
+    return results

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import os
-import threading
 
 import numpy as np
 import onnx
 import pytest
 
+from conftest import side_by_side
 from voicews.engines.ort import (
     CALM,
     SHARED_BYTES,
@@ -68,19 +68,7 @@ def test_a_lone_inference_spins_its_threads_only_while_inferences_have_run_alone
 def test_inferences_side_by_side_give_what_one_alone_gives() -> None:
     sessions = LaneSessions(with_durations(bundled_voice()), narrow=1)
     alone = sessions.run(None, FEEDS)[0]
-    results: list[np.ndarray] = []
-    start = threading.Barrier(4)
-
-    def lane() -> None:
-        start.wait()
-        for _ in range(3):
-            results.append(sessions.run(None, FEEDS)[0])
-
-    threads = [threading.Thread(target=lane) for _ in range(4)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
+    results = side_by_side(lambda: sessions.run(None, FEEDS)[0], threads=4, runs=3)
     assert len(results) == 12
     for audio in results:
         np.testing.assert_allclose(audio, alone, atol=1e-4)

@@ -3,7 +3,6 @@ float one, and run on the lanes' shared-weight sessions."""
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -11,6 +10,7 @@ import numpy as np
 import onnx
 import pytest
 
+from conftest import side_by_side
 from voicews.engines.ort import LaneSessions, external_weights
 from voicews.engines.piper import PiperEngine, bundled_voice, split_at_decoder, with_durations
 from voicews.engines.piper_int8 import FLOAT_ENV, QUANTIZED, calibration, int8_decoder, quantize
@@ -82,19 +82,7 @@ def test_its_shared_weight_sessions_side_by_side_give_what_one_alone_gives(
     assert any(t.data_type == onnx.TensorProto.INT8 for t in shared)  # int8 weights shared
     feeds = {engine._decoder_input: engine.quiet_latents("Thank you.")[0]}
     alone = sessions.run(None, feeds)[0]
-    results: list[np.ndarray] = []
-    start = threading.Barrier(3)
-
-    def lane() -> None:
-        start.wait()
-        for _ in range(2):
-            results.append(sessions.run(None, feeds)[0])
-
-    threads = [threading.Thread(target=lane) for _ in range(3)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
+    results = side_by_side(lambda: sessions.run(None, feeds)[0], threads=3, runs=2)
     assert len(results) == 6
     for audio in results:
         np.testing.assert_allclose(audio, alone, atol=1e-4)

@@ -72,6 +72,17 @@ def drain(session: Session, now: float = 0.0) -> list[Outgoing]:
     return out
 
 
+def turn_of(*deltas: str | None, **overrides: object) -> Session:
+    """A session paced at ``COST``, with no idle flush within a test's time, whose turn "t1"
+    took ``deltas`` at t = 0 (None: ``end_text``)."""
+    s = make(**{"idle_flush_ms": 10_000, **overrides})
+    s.load(Load(0.0, COST))
+    apply(s, TurnReset(turn_id="t1"), 0.0)
+    for delta in deltas:
+        apply(s, TextDelta(text=delta) if delta is not None else EndText(), 0.0)
+    return s
+
+
 def one(session: Session) -> SynthesisRequest:
     subs = session.take_submissions()
     assert len(subs) == 1, subs
@@ -423,11 +434,8 @@ def test_a_slower_engine_cuts_sooner() -> None:
 
 
 def test_word_cuts_wait_until_the_listener_is_nearly_dry() -> None:
-    s = make(stall_guard_ms=300, idle_flush_ms=10_000)  # clause at 0.475 s left, word at 0.275
-    s.load(Load(0.0, COST))
-    apply(s, TurnReset(turn_id="t1"), 0.0)
-    apply(s, TextDelta(text="Sure, I can "), 0.0)
-    apply(s, TextDelta(text="help with"), 0.0)  # two at once: the text comes fast
+    # Clause at 0.475 s left, word at 0.275; two deltas at once: the text comes fast.
+    s = turn_of("Sure, I can ", "help with", stall_guard_ms=300)
     synthesize(s, one(s), 1.0, 0.1)
     drain(s, 0.1)  # audio until about t = 1.09
     wakes = []
@@ -445,11 +453,7 @@ def test_word_cuts_wait_until_the_listener_is_nearly_dry() -> None:
 def test_with_all_the_text_in_a_sentence_too_long_to_fit_is_cut_once_critical() -> None:
     """Urgent, and no clause of the last sentence fits: the cut waits for the critical time,
     for which a timer is set though no more text can come."""
-    s = make(stall_guard_ms=300, idle_flush_ms=10_000)
-    s.load(Load(0.0, COST))
-    apply(s, TurnReset(turn_id="t1"), 0.0)
-    apply(s, TextDelta(text="Sure, I can help with that and more today."), 0.0)
-    apply(s, EndText(), 0.0)
+    s = turn_of("Sure, I can help with that and more today.", None, stall_guard_ms=300)
     synthesize(s, one(s), 0.5, 0.1)
     drain(s, 0.1)  # audio until about t = 0.59; the rest would take 0.28 s
     assert s.take_submissions() == []
@@ -768,10 +772,7 @@ def test_a_format_update_applies_from_the_next_turn_and_a_refused_one_changes_no
 def test_a_short_first_segments_next_is_due_when_its_audio_runs_out() -> None:
     """ "Hmm," is short by design: the next segment, asked for as soon as it is made, is due
     when its audio ends (queued for the socket, not yet sent), not at once."""
-    s = make(idle_flush_ms=10_000)
-    s.load(Load(0.0, COST))
-    apply(s, TurnReset(turn_id="t1"), 0.0)
-    apply(s, TextDelta(text="Hmm, let me see about that. "), 0.0)
+    s = turn_of("Hmm, let me see about that. ")
     first = one(s)
     assert first.text == "Hmm,"
     synthesize(s, first, 0.4, 0.1)  # made at 0.1; nothing sent yet
@@ -788,10 +789,7 @@ def test_a_first_segment_asked_for_before_the_text_rate_is_known_is_heard_once_i
     """ "Hmm," said at once, with the rest of the reply at 5 tokens a second, left each word
     said on its own. Its audio is made at once and heard once the text's rate is known: at
     once where the text comes fast, after a lead of text where it comes slowly."""
-    fast = make(idle_flush_ms=10_000)
-    fast.load(Load(0.0, COST))
-    apply(fast, TurnReset(turn_id="t1"), 0.0)
-    apply(fast, TextDelta(text="Hmm,"), 0.0)
+    fast = turn_of("Hmm,")
     first = one(fast)
     assert first.text == "Hmm,"
     synthesize(fast, first, 0.4, 0.03)
@@ -799,10 +797,7 @@ def test_a_first_segment_asked_for_before_the_text_rate_is_known_is_heard_once_i
     apply(fast, TextDelta(text=" let"), 0.05)  # 20 tokens a second
     assert audio_frames(drain(fast, 0.05)) > 0
 
-    slow = make(idle_flush_ms=10_000)
-    slow.load(Load(0.0, COST))
-    apply(slow, TurnReset(turn_id="t1"), 0.0)
-    apply(slow, TextDelta(text="Hmm,"), 0.0)
+    slow = turn_of("Hmm,")
     synthesize(slow, one(slow), 0.4, 0.03)
     text = " let me check that for you, it will take a moment."
     pieces = [text[i : i + 4] for i in range(0, len(text), 4)]
@@ -824,11 +819,7 @@ def test_a_first_segment_asked_for_before_the_text_rate_is_known_is_heard_once_i
 
 def test_a_first_segment_is_not_held_with_a_sentence_in_hand_or_the_text_ended() -> None:
     for deltas in (["Hmm, let me see about that. "], ["Hmm, yes", None]):
-        s = make(idle_flush_ms=10_000)
-        s.load(Load(0.0, COST))
-        apply(s, TurnReset(turn_id="t1"), 0.0)
-        for delta in deltas:
-            apply(s, TextDelta(text=delta) if delta else EndText(), 0.0)
+        s = turn_of(*deltas)
         synthesize(s, one(s), 0.4, 0.03)
         assert audio_frames(drain(s, 0.03)) > 0, deltas
 
@@ -837,12 +828,8 @@ def test_a_turn_whose_cut_times_passed_without_a_cut_looks_again() -> None:
     """The queue the urgency was read from changed before the timer was set (the worker runs
     on its own threads): every cut time has passed, yet no cut was made. A closed turn has no
     idle flush to wake it, and waited with its last sentence in hand (a soak under load)."""
-    s = make(stall_guard_ms=300, idle_flush_ms=10_000)
-    s.load(Load(0.0, COST))
-    apply(s, TurnReset(turn_id="t1"), 0.0)
-    apply(s, TextDelta(text="Okay. "), 0.0)
-    apply(s, TextDelta(text="And then we will go over every single thing you asked me about"), 0.0)
-    apply(s, EndText(), 0.0)
+    text = "And then we will go over every single thing you asked me about"
+    s = turn_of("Okay. ", text, None, stall_guard_ms=300)
     synthesize(s, one(s), 0.7, 0.1)
     drain(s, 0.1)  # urgent, but the sentence does not fit and has no clause: no cut yet
     assert not s.take_submissions()
