@@ -122,6 +122,12 @@ def sounding(id_samples: np.ndarray, silent: np.ndarray, hop: int) -> int:
     return min(frames, int(id_samples[: sounds[-1] + 1].sum()) // hop + TAIL)
 
 
+def batched(latents: np.ndarray) -> np.ndarray:
+    """Latent frames as the decoder takes them, (batch, channels, frames): piper-tts squeezed
+    the batch, or a lone frame too."""
+    return latents[np.newaxis] if latents.ndim == 2 else latents.reshape(1, -1, 1)
+
+
 def windows(frames: int, eager: bool) -> list[tuple[int, int]]:
     """Latent frame ranges to decode a sentence in: one, or for a listener waiting on it
     (``eager``) a first window of ``FIRST_WINDOW`` and the rest, where the rest is at least as
@@ -189,7 +195,7 @@ class PiperEngine:
         for phonemes in inference_chunks([p for p in phonemize(self._voice, text) if p], 1.0):
             ids = self._voice.phonemes_to_ids(phonemes)
             frames, _ = self._voice.phoneme_ids_to_audio(ids, config, include_alignments=True)
-            latents.append(frames[np.newaxis] if frames.ndim == 2 else frames.reshape(1, -1, 1))
+            latents.append(batched(frames))
         return latents
 
     def synthesize(self, text: str, options: SynthesisOptions) -> Iterator[Audio | WordStarts]:
@@ -220,7 +226,7 @@ class PiperEngine:
         words = len(text.split())
         if placed is None or len(placed.samples) <= words:
             return False
-        frames = latents[np.newaxis] if latents.ndim == 2 else latents.reshape(1, -1, 1)
+        frames = batched(latents)
         cut = min(frames.shape[2], placed.samples[words] // self._hop)
         parts = windows(cut, eager)
         for number, window in enumerate(parts, 1):
@@ -255,8 +261,7 @@ class PiperEngine:
                     yield placed
                 yield np.clip(latents, -1.0, 1.0).astype(np.float32)
                 continue
-            # piper-tts squeezed (batch, channels, frames): the batch, or a lone frame too
-            frames = latents[np.newaxis] if latents.ndim == 2 else latents.reshape(1, -1, 1)
+            frames = batched(latents)
             total = heard = frames.shape[2]
             if id_samples is not None and len(id_samples) == len(ids):
                 silent = np.array([i in self._silent for i in ids], dtype=bool)
