@@ -12,6 +12,7 @@ piper_int8``). ``VOICEWS_PIPER_FLOAT=1`` keeps the float decoder.
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 from collections.abc import Callable, Sequence
@@ -107,10 +108,22 @@ def quantize(decoder: Path, inputs: list[np.ndarray], out: Path) -> None:
         def get_next(self) -> dict[str, np.ndarray] | None:
             return next(feeds, None)
 
-    quantize_static(
-        str(decoder), str(out), Reader(),
-        quant_format=QuantFormat.QOperator, per_channel=True,
-        activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8,
-        op_types_to_quantize=["Conv"], nodes_to_quantize=convolutions,
-        calibrate_method=CalibrationMethod.MinMax, extra_options={"CalibMovingAverage": True},
-    )  # fmt: skip
+    # onnxruntime advises pre-processing the model (the bench measured no difference) in two
+    # warnings to the root logger, which a first start printed.
+    advice = _Advice()
+    logging.getLogger().addFilter(advice)
+    try:
+        quantize_static(
+            str(decoder), str(out), Reader(),
+            quant_format=QuantFormat.QOperator, per_channel=True,
+            activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8,
+            op_types_to_quantize=["Conv"], nodes_to_quantize=convolutions,
+            calibrate_method=CalibrationMethod.MinMax, extra_options={"CalibMovingAverage": True},
+        )  # fmt: skip
+    finally:
+        logging.getLogger().removeFilter(advice)
+
+
+class _Advice(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not record.getMessage().startswith("Please consider")
