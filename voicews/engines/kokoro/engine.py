@@ -2,8 +2,8 @@
 
 One inference per sentence, or per piece of a long one (:data:`.phonemes.MAX_PHONEMES`); the
 model renders its input whole, so a segment's audio starts after its first piece. Frames per
-token come from the graph (``/encoder/Clip_output_0``, exposed as an extra output once, into the
-cache): each frame is 600 samples, so the words are placed on them as for Piper. The exported
+token come from the graph (:mod:`.timing`, which also crops the leading pad's silence before the
+decoder): each frame is 600 samples, so the words are placed on them as for Piper. The exported
 graph has no random ops (its noise is fixed): the same text, voice and speed give the same
 audio. The graph run is the shipped one with its generator's residual blocks quantized
 statically (:mod:`.graphs`): 0.5-0.8 of the compute per second of audio, the same words heard.
@@ -18,11 +18,11 @@ from pathlib import Path
 import numpy as np
 
 from ...audio import Audio
-from ...cache import cache_dir, write_atomically
 from ..base import SynthesisOptions, WordStarts
 from ..ort import describe_session, lane_session
 from .assets import (
     DEFAULT_VOICE,
+    LEAD_FRAMES,
     SAMPLE_RATE,
     language,
     load_voice,
@@ -32,27 +32,10 @@ from .assets import (
 )
 from .graphs import static_graph
 from .phonemes import PAD, inference_budget, phonemize, tokenize
+from .timing import timed_graph
 from .words import PhonemeTimeline
 
 log = logging.getLogger(__name__)
-
-DURATIONS = "/encoder/Clip_output_0"
-"""Frames per input token (pads included), after speed: the decoder's length, rounded."""
-
-
-def with_durations(model: Path) -> Path:
-    """The model with :data:`DURATIONS` as a second output, made once into the cache."""
-    patched = cache_dir() / "kokoro" / f"{model.stem}-durations.onnx"
-    if patched.is_file():
-        return patched
-    import onnx
-
-    graph = onnx.load(str(model))
-    graph.graph.output.append(
-        onnx.helper.make_tensor_value_info(DURATIONS, onnx.TensorProto.FLOAT, None)
-    )
-    write_atomically(patched, graph.SerializeToString())
-    return patched
 
 
 class KokoroEngine:
@@ -64,14 +47,22 @@ class KokoroEngine:
     concurrent = True  # one onnxruntime session runs the lanes' inferences; espeak-ng is locked
     sample_rate = SAMPLE_RATE
 
-    def __init__(self, voice: str | None = None, graph: Path | None = None) -> None:
+    def __init__(
+        self,
+        voice: str | None = None,
+        graph: Path | None = None,
+        lead_frames: int | None = LEAD_FRAMES,
+    ) -> None:
         """``graph``: the ONNX graph to run; by default the shipped one with its generator
-        quantized statically (:func:`.graphs.static_graph`, made at first use)."""
+        quantized statically (:func:`.graphs.static_graph`, made at first use).
+        ``lead_frames``: the leading pad's cap (:data:`.assets.LEAD_FRAMES`; None: the
+        model's own)."""
         self.voice = voice or DEFAULT_VOICE
         self._packs = {name: load_voice(name) for name in voices()}
         if self.voice not in self._packs:
             load_voice(self.voice)  # raises, naming the voices there are
-        self._session = lane_session(with_durations(graph or static_graph(model_path())))
+        graph = graph or static_graph(model_path())
+        self._session = lane_session(timed_graph(graph, lead_frames))
         self.device = describe_session(self._session)
 
     def synthesize(self, text: str, options: SynthesisOptions) -> Iterator[Audio | WordStarts]:

@@ -20,6 +20,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ..mlx_piper.layers import default_use_matmul
+from .assets import LEAD_FRAMES
 from .mlx_decoder import Decoder
 from .mlx_layers import Weights
 from .mlx_prosody import Predictor
@@ -47,15 +48,26 @@ class Kokoro:
         self.text_encoder = TextEncoder(weights, matmul)
         self.decoder = Decoder(weights, matmul)
 
-    def prosody(self, tokens: list[int], style: mx.array, speed: float = 1.0) -> Prosody:
-        """``tokens`` with the pad (0) at each end, ``style`` the voice's ``(256,)`` row."""
+    def prosody(
+        self,
+        tokens: list[int],
+        style: mx.array,
+        speed: float = 1.0,
+        lead_frames: int | None = LEAD_FRAMES,
+    ) -> Prosody:
+        """``tokens`` with the pad (0) at each end, ``style`` the voice's ``(256,)`` row. The
+        leading pad is aligned whole and cropped to ``lead_frames`` for the decoder, as the
+        ONNX engine crops it (:mod:`.timing`)."""
         ids = mx.array(tokens, dtype=mx.int32)
         features = self.predictor.features(self.bert(ids), style[128:])
         durations = np.array(self.predictor.durations(features) / speed)
         frames = np.maximum(np.round(durations), 1).astype(np.int64)
         index = mx.array(np.repeat(np.arange(len(tokens)), frames).astype(np.int32))
         f0, n = self.predictor.f0_n(features[index], style[128:])
-        return Prosody(durations=frames, asr=self.text_encoder(ids)[index], f0=f0, n=n)
+        drop = 0 if lead_frames is None else max(0, int(frames[0]) - lead_frames)
+        frames[0] -= drop
+        asr = self.text_encoder(ids)[index]
+        return Prosody(durations=frames, asr=asr[drop:], f0=f0[2 * drop :], n=n[2 * drop :])
 
     def decode(self, prosody: Prosody, style: mx.array) -> mx.array:
         """The utterance's audio, 600 samples per frame (a lazy array: evaluate it)."""
