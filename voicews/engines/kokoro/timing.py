@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from ...cache import cache_dir, write_atomically
 from .assets import LEAD_FRAMES
@@ -52,7 +53,7 @@ def _crop_lead(graph: Any, lead_frames: int | None) -> None:
     from onnx import TensorProto, helper, numpy_helper
 
     big = float(np.finfo(np.float32).max)
-    constants = {
+    constants: dict[str, npt.NDArray[Any]] = {
         "lead/frames": np.array(big if lead_frames is None else lead_frames, np.float32),
         "lead/zero": np.array([0], np.int64),
         "lead/one": np.array([1], np.int64),
