@@ -30,8 +30,15 @@ class Windowed:
     sample_rate = 1000
     concurrent = False
 
-    def __init__(self, max_batch: int = 8, batch_wait: float = 0.05, batched: bool = True) -> None:
+    def __init__(
+        self,
+        max_batch: int = 8,
+        batch_wait: float = 0.05,
+        batched: bool = True,
+        words_before_last: bool = False,
+    ) -> None:
         self.batched, self.max_batch, self.batch_wait = batched, max_batch, batch_wait
+        self.words_before_last = words_before_last  # as the MLX Piper engine places them
         self.words: list[str] = []
         self.steps: list[list[str]] = []
         self.gate: Gate | None = None
@@ -46,13 +53,17 @@ class Windowed:
         self, text: str, options: SynthesisOptions
     ) -> Iterator[Window | Audio | WordStarts]:
         try:
-            for word in text.split():
+            words = text.split()
+            for i, word in enumerate(words):
                 if word == "hold" and self.gate is not None:
                     self.gate()
                 self.words.append(word)
                 z = np.full((len(word), 1), len(self.words) - 1, dtype=np.float32)
+                if self.words_before_last and i == len(words) - 1:
+                    yield WordStarts((0,))
                 yield Window(z, 0, len(word))
-            yield WordStarts((0,))
+            if not self.words_before_last:
+                yield WordStarts((0,))
         except GeneratorExit:
             self.closed.append(text)
             raise
@@ -114,6 +125,28 @@ def test_sessions_ready_together_are_decoded_in_one_step_each_gets_its_own_audio
         assert [len(e.audio) for e in events if isinstance(e, JobAudio)] == [
             len(w) * HOP for w in words
         ]
+
+
+def test_a_synthesis_that_placed_its_words_ends_with_its_last_window() -> None:
+    """Words placed just before the last window: the decoder step of that window ends the
+    job too, so its session may ask for its next segment at once, not after the windows of
+    every session due sooner (as ``_step`` does on a plain lane)."""
+    engine, rec = Windowed(batch_wait=0.0, words_before_last=True), Recorder()
+    worker = started(engine)
+    now = time.monotonic()
+    try:
+        gate = held(engine, worker, rec)
+        worker.submit(rec.speak("ends", "one two", deadline=now))
+        worker.submit(rec.speak("sooner", "red tan sun", deadline=now - 1.0))
+        gate.go.set()
+        rec.wait(3)
+    finally:
+        worker.stop()
+    assert [type(e) for e in rec.of("ends")] == [JobAudio, JobWords, JobAudio, JobDone]
+    assert audio_words(engine, rec, "sooner") == ["red", "tan", "sun"]
+    done = rec.events.index(("ends", rec.of("ends")[-1]))
+    sun = rec.events.index(("sooner", rec.of("sooner")[2]))
+    assert done < sun
 
 
 def test_a_full_batch_goes_at_once_in_deadline_order_the_rest_after() -> None:

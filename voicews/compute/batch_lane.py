@@ -15,11 +15,12 @@ as on any lane.
 from __future__ import annotations
 
 import threading
-from typing import TYPE_CHECKING, cast
+from collections.abc import Generator, Iterator
+from typing import TYPE_CHECKING, Any, cast
 
 from ..engines.base import Window, WindowedEngine
 from .batching import Gatherer, Ready
-from .jobs import Job, JobAudio, Synthesis, close, event_of
+from .jobs import Job, JobAudio, JobWords, Synthesis, close, event_of
 
 if TYPE_CHECKING:
     from .execution import ComputeWorker
@@ -40,6 +41,11 @@ class BatchLane:
         self._started: dict[Job, float] = {}
         """The jobs whose windows wait in the gatherer: when each one's host step began."""
         self._host: dict[Job, float] = {}  # and the seconds it took
+        self._worded: set[Job] = set()
+        """Jobs that placed their words: an engine places them just before its last window,
+        so the step that decodes that window takes the job's end with it (as ``_step`` does
+        on a plain lane): its session may ask for its next segment at once, not when the job
+        comes round again behind every window due sooner."""
 
     def serve(self) -> None:
         worker, lane = self._worker, threading.get_ident()
@@ -89,28 +95,34 @@ class BatchLane:
 
     def _advance(self, job: Job) -> None:
         """Run ``job``'s host part up to its next window, which joins the gatherer; anything
-        else it yields (word starts, audio, text, its end) goes to its session as one step."""
+        else it yields (audio, text, its end) goes to its session as one step, and word starts
+        go with what follows them."""
         worker, engine = self._worker, self._engine
         started = worker._clock()
-        try:
-            if job._steps is None:
-                work = job.run
-                if isinstance(work, Synthesis):
-                    job._steps = engine.windows_of(work.text, work.options)
-                else:
-                    job._steps = work(engine)
-            item = next(job._steps, None)
-            if isinstance(item, Window):
-                ended = worker._clock()
-                worker.stats.record(ended, ended - started)
-                self._started[job], self._host[job] = started, ended - started
-                self._gather.offer(job, item.frames, job.due(), item, ended)
-                return
-            event = None if item is None else event_of(item)
-        except Exception as exc:
-            more, audio_seconds = worker._failed(job, exc)
-        else:
+        while True:
+            try:
+                if job._steps is None:
+                    work = job.run
+                    if isinstance(work, Synthesis):
+                        job._steps = engine.windows_of(work.text, work.options)
+                    else:
+                        job._steps = work(engine)
+                item = next(job._steps, None)
+                if isinstance(item, Window):
+                    ended = worker._clock()
+                    worker.stats.record(ended, ended - started)
+                    self._started[job], self._host[job] = started, ended - started
+                    self._gather.offer(job, item.frames, job.due(), item, ended)
+                    return
+                event = None if item is None else event_of(item)
+            except Exception as exc:
+                more, audio_seconds = worker._failed(job, exc)
+                break
             more, audio_seconds = worker._deliver(job, event)
+            if not (more and isinstance(event, JobWords)):
+                break
+            self._worded.add(job)
+        self._worded.discard(job)
         ended = worker._clock()
         worker.stats.record(ended, ended - started)
         job._computed += ended - started
@@ -135,7 +147,26 @@ class BatchLane:
         worker.stats.batched(len(jobs))
         for job, samples in zip(jobs, audio, strict=True):
             more, audio_seconds = worker._deliver(job, JobAudio(samples))
+            if more and job in self._worded:
+                more = self._ended(job)
             self._finish(job, ended, seconds / len(jobs), more, audio_seconds, waited=seconds)
+
+    def _ended(self, job: Job) -> bool:
+        """After the window a job placed its words before, its end: whether it has more to
+        do after all (then what came is kept for its next step)."""
+        worker = self._worker
+        self._worded.discard(job)
+        assert job._steps is not None
+        try:
+            item = next(job._steps, None)
+        except Exception as exc:
+            more, _ = worker._failed(job, exc)
+            return more
+        if item is None:
+            more, _ = worker._deliver(job, None)
+            return more
+        job._steps = _again(item, job._steps)
+        return True
 
     def _finish(
         self,
@@ -151,3 +182,13 @@ class BatchLane:
         started, host = self._started.pop(job), self._host.pop(job)
         job._computed += host + max(share, waited)
         self._worker._stepped(job, started, ended, host + share, more, audio_seconds)
+
+
+def _again(item: Any, rest: Iterator[Any]) -> Iterator[Any]:
+    """``item``, then ``rest``; closing it closes ``rest`` (``jobs.close``)."""
+    try:
+        yield item
+        yield from rest
+    finally:
+        if isinstance(rest, Generator):
+            rest.close()

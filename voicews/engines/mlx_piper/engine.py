@@ -269,23 +269,26 @@ class MlxPiperEngine:
     def windows_of(
         self, text: str, options: SynthesisOptions
     ) -> Iterator[Window | Audio | WordStarts]:
-        """``text``'s windows in order, then its word starts, as ``synthesize`` gives audio:
-        for a caller that decodes several streams' windows at once (:meth:`decode_windows`).
-        Each sentence's encoder, durations and flow run when its first window is asked for.
-        A session that asks for ``overlap`` windows gets its audio as ``synthesize`` makes it."""
+        """``text``'s windows in order, its word starts just before the last (that window
+        ends the synthesis): for a caller that decodes several streams' windows at once
+        (:meth:`decode_windows`). Each sentence's encoder, durations and flow run when its
+        first window is asked for. A session that asks for ``overlap`` windows gets its audio
+        as ``synthesize`` makes it."""
         if options.overlap_frames is not None:
             yield from self.synthesize(text, options)
             return
         timed = []
-        for phonemes, ids in self._sentences(text, options.speed):
+        sentences = list(self._sentences(text, options.speed))
+        for i, (phonemes, ids) in enumerate(sentences):
             latents = self._latents(ids, options.speed)
             z = self._decoder_input(latents.z_p)
-            for start, end in self._plan(int(z.shape[0]), options):
-                yield Window(z, start, end)
             timed.append((phonemes, latents.durations * self._hop))
-        placed = self._words.place(text, timed) if timed else None
-        if placed is not None:
-            yield placed
+            plan = self._plan(int(z.shape[0]), options)
+            for k, (start, end) in enumerate(plan):
+                last = i == len(sentences) - 1 and k == len(plan) - 1
+                if last and (placed := self._words.place(text, timed)) is not None:
+                    yield placed
+                yield Window(z, start, end)
 
     def window_bucket(self, frames: int) -> int:
         """The length a window is padded to (its own length where windows are not bucketed)."""
