@@ -35,7 +35,7 @@ from voicews.engines.base import Engine, SynthesisOptions, WordStarts  # noqa: E
 from voicews.engines.kokoro.assets import load_voice, model_path, style  # noqa: E402
 from voicews.engines.kokoro.engine import KokoroEngine  # noqa: E402
 from voicews.engines.kokoro.mlx_engine import MlxKokoroEngine  # noqa: E402
-from voicews.engines.kokoro.mlx_layers import Linear, StridedConv  # noqa: E402
+from voicews.engines.kokoro.mlx_layers import BiLSTM, Linear, StridedConv  # noqa: E402
 from voicews.engines.kokoro.mlx_model import Kokoro  # noqa: E402
 from voicews.engines.kokoro.mlx_weights import (  # noqa: E402
     _reorder_gates,
@@ -205,6 +205,43 @@ def test_lstm_gates_go_from_onnx_order_to_pytorchs() -> None:
     """ONNX packs i, o, f, c; PyTorch i, f, g (= c), o."""
     onnx_order = np.repeat(np.array(["i", "o", "f", "c"]), 2)
     assert "".join(_reorder_gates(onnx_order)) == "iiffccoo"
+
+
+def lstm_reference(x: Array, w: dict[str, Array], suffix: str) -> Array:
+    """PyTorch's LSTM equations, one direction, step by step in numpy (float64)."""
+    w_ih, w_hh = w[f"weight_ih_l0{suffix}"], w[f"weight_hh_l0{suffix}"]
+    bias = w[f"bias_ih_l0{suffix}"] + w[f"bias_hh_l0{suffix}"]
+    h = c = np.zeros(w_hh.shape[1])
+    out = []
+    for x_t in x:
+        i, f, g, o = np.split(w_ih @ x_t + w_hh @ h + bias, 4)
+        sigmoid = lambda v: 1.0 / (1.0 + np.exp(-v))  # noqa: E731
+        c = sigmoid(f) * c + sigmoid(i) * np.tanh(g)
+        h = sigmoid(o) * np.tanh(c)
+        out.append(h)
+    return np.array(out)
+
+
+@pytest.mark.parametrize("compiled", [False, True])
+def test_the_bilstm_is_pytorchs(compiled: bool) -> None:
+    """Both directions stepped together, gates reordered, projections hoisted (and the step
+    compiled, as on a GPU): PyTorch's bidirectional LSTM to float32's rounding."""
+    rng = np.random.default_rng(0)
+    inputs, hidden, length = 6, 8, 7
+    shapes = {"weight_ih": (4 * hidden, inputs), "weight_hh": (4 * hidden, hidden)}
+    shapes |= {"bias_ih": (4 * hidden,), "bias_hh": (4 * hidden,)}
+    w = {
+        f"{name}_l0{suffix}": rng.normal(0.0, 0.5, shape).astype(np.float32)
+        for name, shape in shapes.items()
+        for suffix in ("", "_reverse")
+    }
+    x = rng.normal(0.0, 1.0, (length, inputs)).astype(np.float32)
+    expected = np.concatenate(
+        [lstm_reference(x, w, ""), lstm_reference(x[::-1], w, "_reverse")[::-1]], axis=1
+    )
+    lstm = BiLSTM({f"m.{k}": mx.array(v) for k, v in w.items()}, "m", compiled=compiled)
+    got = np.array(lstm(mx.array(x)))
+    np.testing.assert_allclose(got, expected, atol=2e-6)
 
 
 def test_weights_are_cached_once(weights_cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -98,12 +98,37 @@ class AdaLayerNorm:
         return (1.0 + gamma) * mx.fast.layer_norm(x, None, None, 1e-5) + beta
 
 
-class BiLSTM:
-    """PyTorch's bidirectional one-layer LSTM; both directions advance in one batched step."""
+def _sigmoid_gates_first(w: mx.array) -> np.ndarray:
+    """PyTorch's gate order ``i f g o`` as ``i f o g``: the three sigmoid gates, then tanh's."""
+    i, f, g, o = np.split(np.asarray(w), 4, axis=0)
+    return np.concatenate([i, f, o, g], axis=0)
 
-    def __init__(self, w: Weights, module: str) -> None:
-        def both(name: str) -> tuple[mx.array, mx.array]:
-            return w[f"{module}.{name}_l0"], w[f"{module}.{name}_l0_reverse"]
+
+def lstm_step(
+    x: mx.array, h: mx.array, c: mx.array, w_h: mx.array
+) -> tuple[mx.array, mx.array]:
+    """One LSTM step of a stack of cells: ``x`` their input projections ``(n, 1, 4H)`` in the
+    order ``i f o g``, ``h`` and ``c`` their states ``(n, 1, H)``, ``w_h`` ``(n, H, 4H)``."""
+    sigmoid, g = mx.split(mx.addmm(x, h, w_h), [3 * h.shape[-1]], axis=-1)
+    i, f, o = mx.split(mx.sigmoid(sigmoid), 3, axis=-1)
+    c = f * c + i * mx.tanh(g)
+    return o * mx.tanh(c), c
+
+
+_compiled_step = mx.compile(lstm_step)
+
+
+class BiLSTM:
+    """PyTorch's bidirectional one-layer LSTM. The input projections of every step and both
+    directions are one matmul; the directions then advance together, one batched step (a
+    matmul, two activations, a few products) per time step: the loop is what costs."""
+
+    def __init__(self, w: Weights, module: str, *, compiled: bool | None = None) -> None:
+        def both(name: str) -> tuple[np.ndarray, np.ndarray]:
+            return (
+                _sigmoid_gates_first(w[f"{module}.{name}_l0"]),
+                _sigmoid_gates_first(w[f"{module}.{name}_l0_reverse"]),
+            )
 
         w_ih, b_ih, b_hh, w_hh = (
             both("weight_ih"),
@@ -113,25 +138,25 @@ class BiLSTM:
         )
         self.hidden = int(w_hh[0].shape[1])
         # Input projections for both directions in one matmul: (in, 2 * 4H).
-        self.w_in = mx.concatenate([w_ih[0].T, w_ih[1].T], axis=1)
-        self.b_in = mx.concatenate([b_ih[0] + b_hh[0], b_ih[1] + b_hh[1]])
-        self.w_h = mx.stack([w_hh[0].T, w_hh[1].T])  # (2, H, 4H)
+        self.w_in = mx.array(np.concatenate([w_ih[0].T, w_ih[1].T], axis=1))
+        self.b_in = mx.array(np.concatenate([b_ih[0] + b_hh[0], b_ih[1] + b_hh[1]]))
+        self.w_h = mx.array(np.stack([w_hh[0].T, w_hh[1].T]))  # (2, H, 4H)
+        if compiled is None:  # fused on a GPU (one graph: every step has the same shapes)
+            compiled = mx.default_device() != mx.cpu
+        self.step = _compiled_step if compiled else lstm_step
 
     def __call__(self, x: mx.array) -> mx.array:
         length, hidden = x.shape[0], self.hidden
         projected = mx.addmm(self.b_in, x, self.w_in).reshape(length, 2, 4 * hidden)
-        h = mx.zeros((2, 1, hidden))
-        c = mx.zeros((2, 1, hidden))
-        forward, backward = [], []
+        # (2, T, 4H): direction d's input at its step t is steps[d, t] (backward reads T-1-t).
+        steps = mx.concatenate([projected[:, :1], projected[::-1, 1:]], axis=1).transpose(1, 0, 2)
+        h = c = mx.zeros((2, 1, hidden))
+        outputs = []
         for t in range(length):
-            step = mx.stack([projected[t, 0], projected[length - 1 - t, 1]])[:, None, :]
-            gates = step + h @ self.w_h
-            i, f, g, o = mx.split(gates, 4, axis=-1)
-            c = mx.sigmoid(f) * c + mx.sigmoid(i) * mx.tanh(g)
-            h = mx.sigmoid(o) * mx.tanh(c)
-            forward.append(h[0, 0])
-            backward.append(h[1, 0])
-        return mx.concatenate([mx.stack(forward), mx.stack(backward[::-1])], axis=1)
+            h, c = self.step(steps[:, t : t + 1], h, c, self.w_h)
+            outputs.append(h)
+        out = mx.concatenate(outputs, axis=1)  # (2, T, H)
+        return mx.concatenate([out[:1], out[1:, ::-1]], axis=2).reshape(length, 2 * hidden)
 
 
 class DepthwiseUpsample:
