@@ -35,7 +35,8 @@ from voicews.engines.base import Engine, SynthesisOptions, WordStarts  # noqa: E
 from voicews.engines.kokoro.assets import load_voice, model_path, style  # noqa: E402
 from voicews.engines.kokoro.engine import KokoroEngine  # noqa: E402
 from voicews.engines.kokoro.mlx_engine import MlxKokoroEngine  # noqa: E402
-from voicews.engines.kokoro.mlx_layers import BiLSTM, Linear, StridedConv  # noqa: E402
+from voicews.engines.kokoro.mlx_decoder import Snake  # noqa: E402
+from voicews.engines.kokoro.mlx_layers import AdaIN, BiLSTM, Linear, StridedConv  # noqa: E402
 from voicews.engines.kokoro.mlx_model import Kokoro  # noqa: E402
 from voicews.engines.kokoro.mlx_weights import (  # noqa: E402
     _reorder_gates,
@@ -242,6 +243,25 @@ def test_the_bilstm_is_pytorchs(compiled: bool) -> None:
     lstm = BiLSTM({f"m.{k}": mx.array(v) for k, v in w.items()}, "m", compiled=compiled)
     got = np.array(lstm(mx.array(x)))
     np.testing.assert_allclose(got, expected, atol=2e-6)
+
+
+def test_adain_and_snake_are_the_formulas() -> None:
+    """The one folded into gamma's bias, the mean over time as a matmul, ``1 / alpha`` once:
+    StyleTTS 2's AdaIN and Snake to float32's rounding."""
+    rng = np.random.default_rng(1)
+    x = rng.normal(0.5, 2.0, (9, 6)).astype(np.float32)
+    s = rng.normal(0.0, 1.0, (4,)).astype(np.float32)
+    fc_w, fc_b = rng.normal(0.0, 0.5, (12, 4)), rng.normal(0.0, 0.5, (12,))
+    alpha = rng.uniform(0.2, 2.0, (1, 6, 1)).astype(np.float32)
+    w = {"m.fc.weight": fc_w, "m.fc.bias": fc_b, "alpha": alpha}
+    weights = {k: mx.array(v.astype(np.float32)) for k, v in w.items()}
+    gamma, beta = np.split(fc_w @ s + fc_b, 2)
+    normed = (x - x.mean(axis=0)) / np.sqrt(x.var(axis=0) + 1e-5)
+    adain = np.array(AdaIN(weights, "m")(mx.array(x), mx.array(s)))
+    np.testing.assert_allclose(adain, (1.0 + gamma) * normed + beta, atol=2e-5)
+    a = alpha.reshape(-1).astype(np.float64)
+    snaked = np.array(Snake(weights["alpha"])(mx.array(x)))
+    np.testing.assert_allclose(snaked, x + np.sin(a * x) ** 2 / a, atol=2e-5)
 
 
 def test_weights_are_cached_once(weights_cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:

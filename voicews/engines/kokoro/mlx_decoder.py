@@ -32,24 +32,31 @@ class AdaINResBlock1:
         self.stages = [
             (
                 AdaIN(w, f"{module}.adain1.{j}"),
-                w[f"{module}.alpha1.{j}"].reshape(-1),
+                Snake(w[f"{module}.alpha1.{j}"]),
                 same_conv(w, f"{module}.convs1.{j}", matmul, dilation=d),
                 AdaIN(w, f"{module}.adain2.{j}"),
-                w[f"{module}.alpha2.{j}"].reshape(-1),
+                Snake(w[f"{module}.alpha2.{j}"]),
                 same_conv(w, f"{module}.convs2.{j}", matmul),
             )
             for j, d in enumerate(dilations)
         ]
 
     def __call__(self, x: mx.array, style: mx.array) -> mx.array:
-        for norm1, alpha1, conv1, norm2, alpha2, conv2 in self.stages:
-            y = conv1(snake(norm1(x, style), alpha1))
-            x = x + conv2(snake(norm2(y, style), alpha2))
+        for norm1, snake1, conv1, norm2, snake2, conv2 in self.stages:
+            y = conv1(snake1(norm1(x, style)))
+            x = x + conv2(snake2(norm2(y, style)))
         return x
 
 
-def snake(x: mx.array, alpha: mx.array) -> mx.array:
-    return x + (1.0 / alpha) * mx.square(mx.sin(alpha * x))
+class Snake:
+    """``x + sin(alpha * x)^2 / alpha``, with ``1 / alpha`` computed once."""
+
+    def __init__(self, alpha: mx.array) -> None:
+        self.alpha = alpha.reshape(-1)
+        self.inverse = mx.array(1.0 / np.asarray(self.alpha))
+
+    def __call__(self, x: mx.array) -> mx.array:
+        return x + self.inverse * mx.square(mx.sin(self.alpha * x))
 
 
 def _resize_linear(x: mx.array, scale: int) -> mx.array:

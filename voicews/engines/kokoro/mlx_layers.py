@@ -5,6 +5,7 @@ block. ``(time, channels)`` layout throughout, one utterance at a time."""
 from __future__ import annotations
 
 import math
+from functools import lru_cache
 
 import mlx.core as mx
 import numpy as np
@@ -57,10 +58,17 @@ class StridedConv:
         return self._conv.valid(x.reshape(total // self.stride, self.stride * channels))[:out]
 
 
+@lru_cache(maxsize=64)
+def _averaging(length: int) -> mx.array:
+    """A ``(1, length)`` row of ``1 / length``: a mean over time as one matmul, where a
+    reduction is three operations (a sum, a scaling and its broadcast)."""
+    return mx.array(np.full((1, length), 1.0 / length, np.float32))
+
+
 def instance_norm(x: mx.array, eps: float = 1e-5) -> mx.array:
-    mean = mx.mean(x, axis=0, keepdims=True)
-    centered = x - mean
-    return centered * mx.rsqrt(mx.mean(centered * centered, axis=0, keepdims=True) + eps)
+    average = _averaging(int(x.shape[0]))
+    centered = x - average @ x
+    return centered * mx.rsqrt(average @ (centered * centered) + eps)
 
 
 def layer_norm(x: mx.array, weight: mx.array, bias: mx.array, eps: float) -> mx.array:
@@ -78,24 +86,34 @@ class Linear:
         return x @ self.weight_t if self.bias is None else mx.addmm(self.bias, x, self.weight_t)
 
 
+def _plus_one_gamma(w: Weights, module: str) -> Linear:
+    """A style projection to ``(gamma, beta)`` whose ``gamma`` comes out as ``1 + gamma``:
+    the one added to every scale, folded into the bias once."""
+    fc = Linear(w, f"{module}.fc")
+    assert fc.bias is not None
+    half = fc.bias.shape[0] // 2
+    fc.bias = mx.concatenate([fc.bias[:half] + 1.0, fc.bias[half:]])
+    return fc
+
+
 class AdaIN:
     """Instance norm whose scale and shift come from the style vector."""
 
     def __init__(self, w: Weights, module: str) -> None:
-        self.fc = Linear(w, f"{module}.fc")
+        self.fc = _plus_one_gamma(w, module)
 
     def __call__(self, x: mx.array, style: mx.array) -> mx.array:
-        gamma, beta = mx.split(self.fc(style), 2)
-        return (1.0 + gamma) * instance_norm(x) + beta
+        scale, shift = mx.split(self.fc(style), 2)
+        return scale * instance_norm(x) + shift
 
 
 class AdaLayerNorm:
     def __init__(self, w: Weights, module: str) -> None:
-        self.fc = Linear(w, f"{module}.fc")
+        self.fc = _plus_one_gamma(w, module)
 
     def __call__(self, x: mx.array, style: mx.array) -> mx.array:
-        gamma, beta = mx.split(self.fc(style), 2)
-        return (1.0 + gamma) * mx.fast.layer_norm(x, None, None, 1e-5) + beta
+        scale, shift = mx.split(self.fc(style), 2)
+        return scale * mx.fast.layer_norm(x, None, None, 1e-5) + shift
 
 
 def _sigmoid_gates_first(w: mx.array) -> np.ndarray:
