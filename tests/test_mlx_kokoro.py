@@ -36,7 +36,13 @@ from voicews.engines.kokoro.assets import load_voice, model_path, style  # noqa:
 from voicews.engines.kokoro.engine import KokoroEngine  # noqa: E402
 from voicews.engines.kokoro.mlx_engine import MlxKokoroEngine  # noqa: E402
 from voicews.engines.kokoro.mlx_decoder import Snake  # noqa: E402
-from voicews.engines.kokoro.mlx_layers import AdaIN, BiLSTM, Linear, StridedConv  # noqa: E402
+from voicews.engines.kokoro.mlx_layers import (  # noqa: E402
+    AdaIN,
+    BiLSTM,
+    Linear,
+    StridedConv,
+    StyleBank,
+)  # noqa: E402
 from voicews.engines.kokoro.mlx_model import Kokoro  # noqa: E402
 from voicews.engines.kokoro.mlx_weights import (  # noqa: E402
     _reorder_gates,
@@ -257,7 +263,9 @@ def test_adain_and_snake_are_the_formulas() -> None:
     weights = {k: mx.array(v.astype(np.float32)) for k, v in w.items()}
     gamma, beta = np.split(fc_w @ s + fc_b, 2)
     normed = (x - x.mean(axis=0)) / np.sqrt(x.var(axis=0) + 1e-5)
-    adain = np.array(AdaIN(weights, "m")(mx.array(x), mx.array(s)))
+    bank = StyleBank()
+    norm = AdaIN(weights, "m", bank)
+    adain = np.array(norm(mx.array(x), bank(mx.array(s))))
     np.testing.assert_allclose(adain, (1.0 + gamma) * normed + beta, atol=2e-5)
     a = alpha.reshape(-1).astype(np.float64)
     snaked = np.array(Snake(weights["alpha"])(mx.array(x)))
@@ -379,7 +387,8 @@ def test_the_decoder_on_a_few_frames(
         f0_frames = decoder.f0_conv(mx.array(f0[0])[:, None])
         n_frames = decoder.n_conv(mx.array(n[0])[:, None])
         x = mx.concatenate([mx.array(asr[0].T), f0_frames, n_frames], axis=1)
-        assert rel(decoder.encode(x, s), encoded_ref[0].T) < 1e-3
+        styles = decoder.styles(int8_rounded(s))  # every AdaIN's projection, of rounded input
+        assert rel(decoder.encode(x, styles), encoded_ref[0].T) < 1e-3
 
 
 def test_speed_divides_the_durations(

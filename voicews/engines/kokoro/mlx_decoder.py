@@ -14,7 +14,15 @@ import numpy as np
 
 from ..mlx_piper.layers import Conv, Upsample, leaky_relu
 from .assets import SAMPLE_RATE
-from .mlx_layers import AdaIN, AdainResBlock, Linear, StridedConv, Weights, same_conv
+from .mlx_layers import (
+    AdaIN,
+    AdainResBlock,
+    Linear,
+    StridedConv,
+    StyleBank,
+    Weights,
+    same_conv,
+)
 
 _HARMONICS = 9
 _SINE_AMP = 0.1
@@ -28,23 +36,30 @@ _UPSAMPLE = 300
 class AdaINResBlock1:
     """The generator's residual block: three AdaIN/Snake/dilated-conv pairs, each residual."""
 
-    def __init__(self, w: Weights, module: str, dilations: tuple[int, ...], matmul: bool) -> None:
+    def __init__(
+        self,
+        w: Weights,
+        module: str,
+        dilations: tuple[int, ...],
+        matmul: bool,
+        bank: StyleBank,
+    ) -> None:
         self.stages = [
             (
-                AdaIN(w, f"{module}.adain1.{j}"),
+                AdaIN(w, f"{module}.adain1.{j}", bank),
                 Snake(w[f"{module}.alpha1.{j}"]),
                 same_conv(w, f"{module}.convs1.{j}", matmul, dilation=d),
-                AdaIN(w, f"{module}.adain2.{j}"),
+                AdaIN(w, f"{module}.adain2.{j}", bank),
                 Snake(w[f"{module}.alpha2.{j}"]),
                 same_conv(w, f"{module}.convs2.{j}", matmul),
             )
             for j, d in enumerate(dilations)
         ]
 
-    def __call__(self, x: mx.array, style: mx.array) -> mx.array:
+    def __call__(self, x: mx.array, styles: list[mx.array]) -> mx.array:
         for norm1, snake1, conv1, norm2, snake2, conv2 in self.stages:
-            y = conv1(snake1(norm1(x, style)))
-            x = x + conv2(snake2(norm2(y, style)))
+            y = conv1(snake1(norm1(x, styles)))
+            x = x + conv2(snake2(norm2(y, styles)))
         return x
 
 
@@ -143,7 +158,7 @@ class Stft:
 
 
 class Generator:
-    def __init__(self, w: Weights, matmul: bool) -> None:
+    def __init__(self, w: Weights, matmul: bool, bank: StyleBank) -> None:
         g = "decoder.generator"
         self.source = HarmonicSource(w)
         self.stft = Stft(w, matmul)
@@ -156,23 +171,26 @@ class Generator:
             same_conv(w, f"{g}.noise_convs.1", matmul),
         ]
         self.noise_res = [
-            AdaINResBlock1(w, f"{g}.noise_res.0", (1, 3, 5), matmul),
-            AdaINResBlock1(w, f"{g}.noise_res.1", (1, 3, 5), matmul),
+            AdaINResBlock1(w, f"{g}.noise_res.0", (1, 3, 5), matmul, bank),
+            AdaINResBlock1(w, f"{g}.noise_res.1", (1, 3, 5), matmul, bank),
         ]
         self.resblocks = [
-            [AdaINResBlock1(w, f"{g}.resblocks.{3 * i + j}", (1, 3, 5), matmul) for j in range(3)]
+            [
+                AdaINResBlock1(w, f"{g}.resblocks.{3 * i + j}", (1, 3, 5), matmul, bank)
+                for j in range(3)
+            ]
             for i in range(2)
         ]
         self.conv_post = same_conv(w, f"{g}.conv_post", matmul)
 
-    def __call__(self, x: mx.array, style: mx.array, f0: mx.array) -> mx.array:
-        return self.stft.inverse(self.spectrum(x, style, self.harmonics(f0)))
+    def __call__(self, x: mx.array, styles: list[mx.array], f0: mx.array) -> mx.array:
+        return self.stft.inverse(self.spectrum(x, styles, self.harmonics(f0)))
 
     def harmonics(self, f0: mx.array) -> mx.array:
         """The harmonic source's magnitudes and phases, ``(120 * frames + 1, 22)``."""
         return self.stft.magnitude_phase(self.source(f0))
 
-    def spectrum(self, x: mx.array, style: mx.array, harmonics: mx.array) -> mx.array:
+    def spectrum(self, x: mx.array, styles: list[mx.array], harmonics: mx.array) -> mx.array:
         """Two upsamplings (x10, x6) with residual blocks, driven by the harmonics: the log
         magnitudes and phases the inverse STFT turns into audio."""
         for i, (up, noise_conv, noise_res, blocks) in enumerate(
@@ -181,10 +199,10 @@ class Generator:
             x = up(leaky_relu(x, 0.1))
             if i == len(self.ups) - 1:
                 x = mx.concatenate([x[1:2], x])  # ReflectionPad1d((1, 0))
-            x = x + noise_res(noise_conv(harmonics), style)
-            total = blocks[0](x, style)
+            x = x + noise_res(noise_conv(harmonics), styles)
+            total = blocks[0](x, styles)
             for block in blocks[1:]:
-                total = total + block(x, style)
+                total = total + block(x, styles)
             x = total * (1.0 / len(blocks))
         return self.conv_post(leaky_relu(x, 0.01))
 
@@ -196,20 +214,24 @@ class Decoder:
         d = "decoder"
         self.f0_conv = StridedConv(w[f"{d}.F0_conv.weight"], w[f"{d}.F0_conv.bias"], 2, 1, matmul)
         self.n_conv = StridedConv(w[f"{d}.N_conv.weight"], w[f"{d}.N_conv.bias"], 2, 1, matmul)
-        self.encode = AdainResBlock(w, f"{d}.encode", matmul)
+        self.styles = StyleBank()
+        self.encode = AdainResBlock(w, f"{d}.encode", matmul, self.styles)
         self.asr_res = same_conv(w, f"{d}.asr_res.0", matmul)
-        self.decode = [AdainResBlock(w, f"{d}.decode.{i}", matmul) for i in range(4)]
-        self.generator = Generator(w, matmul)
+        self.decode = [AdainResBlock(w, f"{d}.decode.{i}", matmul, self.styles) for i in range(4)]
+        self.generator = Generator(w, matmul, self.styles)
 
     def __call__(self, asr: mx.array, f0: mx.array, n: mx.array, style: mx.array) -> mx.array:
-        return self.generator(self.hidden(asr, f0, n, style), style, f0)
+        styles = self.styles(style)
+        return self.generator(self.hidden(asr, f0, n, styles), styles, f0)
 
-    def hidden(self, asr: mx.array, f0: mx.array, n: mx.array, style: mx.array) -> mx.array:
+    def hidden(
+        self, asr: mx.array, f0: mx.array, n: mx.array, styles: list[mx.array]
+    ) -> mx.array:
         """The generator's input, ``(2 * frames, 512)``: text features with F0 and energy."""
         f0_frames = self.f0_conv(f0[:, None])
         n_frames = self.n_conv(n[:, None])
-        x = self.encode(mx.concatenate([asr, f0_frames, n_frames], axis=1), style)
+        x = self.encode(mx.concatenate([asr, f0_frames, n_frames], axis=1), styles)
         residual = mx.concatenate([self.asr_res(asr), f0_frames, n_frames], axis=1)
         for block in self.decode:
-            x = block(mx.concatenate([x, residual], axis=1), style)
+            x = block(mx.concatenate([x, residual], axis=1), styles)
         return x

@@ -91,29 +91,56 @@ def _plus_one_gamma(w: Weights, module: str) -> Linear:
     the one added to every scale, folded into the bias once."""
     fc = Linear(w, f"{module}.fc")
     assert fc.bias is not None
-    half = fc.bias.shape[0] // 2
-    fc.bias = mx.concatenate([fc.bias[:half] + 1.0, fc.bias[half:]])
+    bias = np.array(fc.bias)
+    bias[: len(bias) // 2] += 1.0
+    fc.bias = mx.array(bias)
     return fc
 
 
+class StyleBank:
+    """Every style projection of one component (its AdaINs), as one matmul and one split: the
+    style vector is the same for all of them, so dozens of small matmuls, each with its split,
+    become one. Each norm registers its projection here and reads its own slot."""
+
+    def __init__(self) -> None:
+        self._parts: list[Linear] = []
+        self._weight: mx.array | None = None
+        self._bias = mx.array(0.0)
+        self._cuts: list[int] = []
+
+    def add(self, fc: Linear) -> int:
+        """The slot of ``fc``'s ``(scale, shift)`` in what a call returns."""
+        self._parts.append(fc)
+        return 2 * (len(self._parts) - 1)
+
+    def __call__(self, style: mx.array) -> list[mx.array]:
+        """``[scale_0, shift_0, scale_1, shift_1, ...]``, in the order they were added."""
+        if self._weight is None:  # every norm is registered by the first call
+            self._weight = mx.array(np.concatenate([p.weight_t for p in self._parts], axis=1))
+            biases = [p.bias for p in self._parts if p.bias is not None]
+            self._bias = mx.array(np.concatenate(biases))
+            halves = [int(p.weight_t.shape[1]) // 2 for p in self._parts for _ in range(2)]
+            self._cuts = np.cumsum(halves)[:-1].tolist()
+        return mx.split(mx.addmm(self._bias, style, self._weight), self._cuts)
+
+
 class AdaIN:
-    """Instance norm whose scale and shift come from the style vector."""
+    """Instance norm whose scale and shift come from the style vector (through a bank)."""
 
-    def __init__(self, w: Weights, module: str) -> None:
-        self.fc = _plus_one_gamma(w, module)
+    def __init__(self, w: Weights, module: str, bank: StyleBank) -> None:
+        self.slot = bank.add(_plus_one_gamma(w, module))
 
-    def __call__(self, x: mx.array, style: mx.array) -> mx.array:
-        scale, shift = mx.split(self.fc(style), 2)
-        return scale * instance_norm(x) + shift
+    def __call__(self, x: mx.array, styles: list[mx.array]) -> mx.array:
+        return styles[self.slot] * instance_norm(x) + styles[self.slot + 1]
 
 
 class AdaLayerNorm:
-    def __init__(self, w: Weights, module: str) -> None:
-        self.fc = _plus_one_gamma(w, module)
+    def __init__(self, w: Weights, module: str, bank: StyleBank) -> None:
+        self.slot = bank.add(_plus_one_gamma(w, module))
 
-    def __call__(self, x: mx.array, style: mx.array) -> mx.array:
-        scale, shift = mx.split(self.fc(style), 2)
-        return scale * mx.fast.layer_norm(x, None, None, 1e-5) + shift
+    def __call__(self, x: mx.array, styles: list[mx.array]) -> mx.array:
+        normed = mx.fast.layer_norm(x, None, None, 1e-5)
+        return styles[self.slot] * normed + styles[self.slot + 1]
 
 
 def _sigmoid_gates_first(w: mx.array) -> np.ndarray:
@@ -195,8 +222,9 @@ class AdainResBlock:
     """StyleTTS 2's ``AdainResBlk1d``: two AdaIN/LeakyReLU/conv stages beside a shortcut,
     optionally doubling the frame rate (nearest on the shortcut, a transposed conv inside)."""
 
-    def __init__(self, w: Weights, module: str, matmul: bool) -> None:
-        self.norm1, self.norm2 = AdaIN(w, f"{module}.norm1"), AdaIN(w, f"{module}.norm2")
+    def __init__(self, w: Weights, module: str, matmul: bool, bank: StyleBank) -> None:
+        self.norm1 = AdaIN(w, f"{module}.norm1", bank)
+        self.norm2 = AdaIN(w, f"{module}.norm2", bank)
         self.conv1, self.conv2 = (
             same_conv(w, f"{module}.conv1", matmul),
             same_conv(w, f"{module}.conv2", matmul),
@@ -210,12 +238,12 @@ class AdainResBlock:
             else None
         )
 
-    def __call__(self, x: mx.array, style: mx.array) -> mx.array:
-        y = leaky_relu(self.norm1(x, style), 0.2)
+    def __call__(self, x: mx.array, styles: list[mx.array]) -> mx.array:
+        y = leaky_relu(self.norm1(x, styles), 0.2)
         if self.pool is not None:
             y = self.pool(y)
             x = mx.repeat(x, 2, axis=0)
-        y = self.conv2(leaky_relu(self.norm2(self.conv1(y), style), 0.2))
+        y = self.conv2(leaky_relu(self.norm2(self.conv1(y), styles), 0.2))
         if self.shortcut is not None:
             x = self.shortcut(x)
         return (y + x) * (1.0 / math.sqrt(2.0))
