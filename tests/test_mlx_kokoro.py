@@ -34,15 +34,15 @@ from voicews.compute.execution import ComputeWorker  # noqa: E402
 from voicews.engines.base import Engine, SynthesisOptions, WordStarts  # noqa: E402
 from voicews.engines.kokoro.assets import load_voice, model_path, style  # noqa: E402
 from voicews.engines.kokoro.engine import KokoroEngine  # noqa: E402
-from voicews.engines.kokoro.mlx_engine import MlxKokoroEngine  # noqa: E402
 from voicews.engines.kokoro.mlx_decoder import Snake  # noqa: E402
+from voicews.engines.kokoro.mlx_engine import MlxKokoroEngine  # noqa: E402
 from voicews.engines.kokoro.mlx_layers import (  # noqa: E402
     AdaIN,
     BiLSTM,
     Linear,
     StridedConv,
     StyleBank,
-)  # noqa: E402
+)
 from voicews.engines.kokoro.mlx_model import Kokoro  # noqa: E402
 from voicews.engines.kokoro.mlx_weights import (  # noqa: E402
     _reorder_gates,
@@ -214,15 +214,18 @@ def test_lstm_gates_go_from_onnx_order_to_pytorchs() -> None:
     assert "".join(_reorder_gates(onnx_order)) == "iiffccoo"
 
 
-def lstm_reference(x: Array, w: dict[str, Array], suffix: str) -> Array:
+def lstm_reference(x: Array, w: dict[str, Array], suffix: str) -> npt.NDArray[np.float64]:
     """PyTorch's LSTM equations, one direction, step by step in numpy (float64)."""
     w_ih, w_hh = w[f"weight_ih_l0{suffix}"], w[f"weight_hh_l0{suffix}"]
     bias = w[f"bias_ih_l0{suffix}"] + w[f"bias_hh_l0{suffix}"]
     h = c = np.zeros(w_hh.shape[1])
     out = []
+
+    def sigmoid(v: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
+        return 1.0 / (1.0 + np.exp(-v))
+
     for x_t in x:
         i, f, g, o = np.split(w_ih @ x_t + w_hh @ h + bias, 4)
-        sigmoid = lambda v: 1.0 / (1.0 + np.exp(-v))  # noqa: E731
         c = sigmoid(f) * c + sigmoid(i) * np.tanh(g)
         h = sigmoid(o) * np.tanh(c)
         out.append(h)
@@ -235,7 +238,10 @@ def test_the_bilstm_is_pytorchs(compiled: bool) -> None:
     compiled, as on a GPU): PyTorch's bidirectional LSTM to float32's rounding."""
     rng = np.random.default_rng(0)
     inputs, hidden, length = 6, 8, 7
-    shapes = {"weight_ih": (4 * hidden, inputs), "weight_hh": (4 * hidden, hidden)}
+    shapes: dict[str, tuple[int, ...]] = {
+        "weight_ih": (4 * hidden, inputs),
+        "weight_hh": (4 * hidden, hidden),
+    }
     shapes |= {"bias_ih": (4 * hidden,), "bias_hh": (4 * hidden,)}
     w = {
         f"{name}_l0{suffix}": rng.normal(0.0, 0.5, shape).astype(np.float32)
@@ -257,17 +263,19 @@ def test_adain_and_snake_are_the_formulas() -> None:
     rng = np.random.default_rng(1)
     x = rng.normal(0.5, 2.0, (9, 6)).astype(np.float32)
     s = rng.normal(0.0, 1.0, (4,)).astype(np.float32)
-    fc_w, fc_b = rng.normal(0.0, 0.5, (12, 4)), rng.normal(0.0, 0.5, (12,))
-    alpha = rng.uniform(0.2, 2.0, (1, 6, 1)).astype(np.float32)
-    w = {"m.fc.weight": fc_w, "m.fc.bias": fc_b, "alpha": alpha}
-    weights = {k: mx.array(v.astype(np.float32)) for k, v in w.items()}
-    gamma, beta = np.split(fc_w @ s + fc_b, 2)
+    w: dict[str, Array] = {
+        "m.fc.weight": rng.normal(0.0, 0.5, (12, 4)).astype(np.float32),
+        "m.fc.bias": rng.normal(0.0, 0.5, (12,)).astype(np.float32),
+        "alpha": rng.uniform(0.2, 2.0, (1, 6, 1)).astype(np.float32),
+    }
+    weights = {k: mx.array(v) for k, v in w.items()}
+    gamma, beta = np.split(w["m.fc.weight"] @ s + w["m.fc.bias"], 2)
     normed = (x - x.mean(axis=0)) / np.sqrt(x.var(axis=0) + 1e-5)
     bank = StyleBank()
     norm = AdaIN(weights, "m", bank)
     adain = np.array(norm(mx.array(x), bank(mx.array(s))))
     np.testing.assert_allclose(adain, (1.0 + gamma) * normed + beta, atol=2e-5)
-    a = alpha.reshape(-1).astype(np.float64)
+    a = w["alpha"].reshape(-1).astype(np.float64)
     snaked = np.array(Snake(weights["alpha"])(mx.array(x)))
     np.testing.assert_allclose(snaked, x + np.sin(a * x) ** 2 / a, atol=2e-5)
 

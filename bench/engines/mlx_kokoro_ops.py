@@ -32,6 +32,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -115,12 +116,14 @@ def counting() -> Iterator[tuple[list[int], Counter[str], list[int]]]:
             return np.array(x, *args, **kwargs)
 
     mx.eval, mx.fast.layer_norm = eval_counted, norm_counted
-    mlx_engine.np = mlx_model.np = Numpy()  # type: ignore[assignment]
+    for module in (mlx_engine, mlx_model):
+        setattr(module, "np", Numpy())  # noqa: B010
     try:
         yield evals, kinds, norms
     finally:
         mx.eval, mx.fast.layer_norm = real_eval, real_norm
-        mlx_engine.np = mlx_model.np = np
+        for module in (mlx_engine, mlx_model):
+            setattr(module, "np", np)  # noqa: B010
 
 
 def by_component(model: Any, text: str) -> dict[str, int]:
@@ -175,7 +178,9 @@ def child_counts(conv: str) -> list[dict[str, Any]]:
     for label, text in SENTENCES.items():
         with counting() as (evals, kinds, norms):
             audio = sum(
-                len(a) for a in tts.synthesize(text, SynthesisOptions()) if not isinstance(a, WordStarts)
+                len(a)
+                for a in tts.synthesize(text, SynthesisOptions())
+                if not isinstance(a, WordStarts)
             )
         seconds = audio / tts.sample_rate
         parts = by_component(tts.model, text)
@@ -224,6 +229,10 @@ def run_child(tree: Path, *args: str) -> Any:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
+def component(name: str, row: dict[str, Any]) -> Any:
+    return row["components_per_audio_s"][name]
+
+
 def table(counts: dict[str, list[dict[str, Any]]]) -> None:
     """Operations per audio second, by component and in all, each checkout beside the other."""
     names = list(counts)
@@ -231,7 +240,7 @@ def table(counts: dict[str, list[dict[str, Any]]]) -> None:
     for i, label in enumerate(SENTENCES):
         rows = [counts[n][i] for n in names]
         lines: list[tuple[str, Callable[[dict[str, Any]], Any]]] = [
-            (c, lambda r, c=c: r["components_per_audio_s"][c]) for c in COMPONENTS
+            (c, partial(component, c)) for c in COMPONENTS
         ]
         lines += [
             ("ops (all evals)", lambda r: r["ops_per_audio_s"]),
@@ -262,7 +271,9 @@ def main() -> None:
     trees["now"] = here
     report: dict[str, Any] = {"conv": args.conv, "trees": {k: str(v) for k, v in trees.items()}}
     if not args.no_counts:
-        report["counts"] = {name: run_child(tree, "--conv", args.conv) for name, tree in trees.items()}
+        report["counts"] = {
+            name: run_child(tree, "--conv", args.conv) for name, tree in trees.items()
+        }
         table(report["counts"])
     if args.time:
         runs: dict[str, list[Any]] = {name: [] for name in trees}
@@ -275,7 +286,8 @@ def main() -> None:
         for name, rounds in runs.items():
             for label in SENTENCES:
                 figures = {
-                    key: statistics.median(r[label][key] for r in rounds) for key in rounds[0][label]
+                    key: statistics.median(r[label][key] for r in rounds)
+                    for key in rounds[0][label]
                 }
                 report["timing"][f"{name} {label}"] = figures
                 print(
@@ -287,4 +299,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()

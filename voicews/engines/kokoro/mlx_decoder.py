@@ -224,9 +224,7 @@ class Decoder:
         styles = self.styles(style)
         return self.generator(self.hidden(asr, f0, n, styles), styles, f0)
 
-    def hidden(
-        self, asr: mx.array, f0: mx.array, n: mx.array, styles: list[mx.array]
-    ) -> mx.array:
+    def hidden(self, asr: mx.array, f0: mx.array, n: mx.array, styles: list[mx.array]) -> mx.array:
         """The generator's input, ``(2 * frames, 512)``: text features with F0 and energy."""
         f0_frames = self.f0_conv(f0[:, None])
         n_frames = self.n_conv(n[:, None])

@@ -121,7 +121,7 @@ class StyleBank:
             self._bias = mx.array(np.concatenate(biases))
             halves = [int(p.weight_t.shape[1]) // 2 for p in self._parts for _ in range(2)]
             self._cuts = np.cumsum(halves)[:-1].tolist()
-        return mx.split(mx.addmm(self._bias, style, self._weight), self._cuts)
+        return list(mx.split(mx.addmm(self._bias, style, self._weight), self._cuts))
 
 
 class AdaIN:
@@ -149,9 +149,7 @@ def _sigmoid_gates_first(w: mx.array) -> np.ndarray:
     return np.concatenate([i, f, o, g], axis=0)
 
 
-def lstm_step(
-    x: mx.array, h: mx.array, c: mx.array, w_h: mx.array
-) -> tuple[mx.array, mx.array]:
+def lstm_step(x: mx.array, h: mx.array, c: mx.array, w_h: mx.array) -> tuple[mx.array, mx.array]:
     """One LSTM step of a stack of cells: ``x`` their input projections ``(n, 1, 4H)`` in the
     order ``i f o g``, ``h`` and ``c`` their states ``(n, 1, H)``, ``w_h`` ``(n, H, 4H)``."""
     sigmoid, g = mx.split(mx.addmm(x, h, w_h), [3 * h.shape[-1]], axis=-1)
