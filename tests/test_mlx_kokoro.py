@@ -42,6 +42,7 @@ from voicews.engines.kokoro.mlx_layers import (  # noqa: E402
     Linear,
     StridedConv,
     StyleBank,
+    same_conv,
 )
 from voicews.engines.kokoro.mlx_model import Kokoro  # noqa: E402
 from voicews.engines.kokoro.mlx_weights import (  # noqa: E402
@@ -278,6 +279,21 @@ def test_adain_and_snake_are_the_formulas() -> None:
     a = w["alpha"].reshape(-1).astype(np.float64)
     snaked = np.array(Snake(weights["alpha"])(mx.array(x)))
     np.testing.assert_allclose(snaked, x + np.sin(a * x) ** 2 / a, atol=2e-5)
+
+
+@pytest.mark.parametrize("dilation", [1, 3])
+def test_a_same_conv_is_alike_both_ways(dilation: int) -> None:
+    """MLX's ``conv1d`` with its own padding (a GPU's) and a matmul per tap (the CPU's)."""
+    rng = np.random.default_rng(2)
+    w = {
+        "m.weight": mx.array(rng.normal(size=(5, 7, 3)).astype(np.float32)),
+        "m.bias": mx.array(rng.normal(size=(5,)).astype(np.float32)),
+    }
+    x = mx.array(rng.normal(size=(20, 3)).astype(np.float32))
+    native = same_conv(w, "m", False, dilation=dilation)(x)
+    per_tap = same_conv(w, "m", True, dilation=dilation)(x)
+    assert native.shape == (20, 5)
+    np.testing.assert_allclose(np.array(native), np.array(per_tap), atol=1e-5)
 
 
 def test_weights_are_cached_once(weights_cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -15,11 +15,25 @@ from ..mlx_piper.layers import Conv, leaky_relu
 Weights = dict[str, mx.array]
 
 
+class SameConv(Conv):
+    """A stride-1 convolution with 'same' padding: where MLX's ``conv1d`` computes it (a GPU),
+    the padding is the convolution's own, not one more operation a call."""
+
+    def __call__(self, x: mx.array) -> mx.array:
+        if not self._native:
+            return super().__call__(x)
+        y = mx.conv1d(
+            x.reshape(1, *x.shape), self._weight, padding=self.pad_left, dilation=self.dilation
+        )
+        y = y.reshape(y.shape[1:])
+        return y if self._bias is None else y + self._bias
+
+
 def same_conv(w: Weights, module: str, matmul: bool, *, dilation: int = 1) -> Conv:
     """A stride-1 convolution with 'same' padding (every one of Kokoro's has an odd kernel)."""
     weight = w[f"{module}.weight"]
     pad = dilation * (int(weight.shape[1]) - 1) // 2
-    return Conv(
+    return SameConv(
         weight,
         w.get(f"{module}.bias"),
         dilation=dilation,
@@ -195,8 +209,8 @@ class BiLSTM:
         steps = mx.concatenate([projected[:, :1], projected[::-1, 1:]], axis=1).transpose(1, 0, 2)
         h = c = mx.zeros((2, 1, hidden))
         outputs = []
-        for t in range(length):
-            h, c = self.step(steps[:, t : t + 1], h, c, self.w_h)
+        for x_t in mx.split(steps, length, axis=1):  # one operation, where a slice a step is T
+            h, c = self.step(x_t, h, c, self.w_h)
             outputs.append(h)
         out = mx.concatenate(outputs, axis=1)  # (2, T, H)
         return mx.concatenate([out[:1], out[1:, ::-1]], axis=2).reshape(length, 2 * hidden)
