@@ -209,8 +209,8 @@ class BiLSTM:
         steps = mx.concatenate([projected[:, :1], projected[::-1, 1:]], axis=1).transpose(1, 0, 2)
         h = c = mx.zeros((2, 1, hidden))
         outputs = []
-        for x_t in mx.split(steps, length, axis=1):  # one operation, where a slice a step is T
-            h, c = self.step(x_t, h, c, self.w_h)
+        for t in range(length):
+            h, c = self.step(steps[:, t : t + 1], h, c, self.w_h)
             outputs.append(h)
         out = mx.concatenate(outputs, axis=1)  # (2, T, H)
         return mx.concatenate([out[:1], out[1:, ::-1]], axis=2).reshape(length, 2 * hidden)
