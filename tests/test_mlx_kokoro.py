@@ -320,6 +320,36 @@ def test_importing_the_engine_leaves_mlx_alone() -> None:
 # --- parity with onnxruntime, component by component --------------------------------------
 
 
+def test_an_albert_layer_is_the_textbook_one(model: Kokoro, weights_cache: Path) -> None:
+    """Query, key and value in one matmul, the scale folded, GELU as ``x sigmoid(2u)``: the
+    shared layer as HuggingFace's ALBERT writes it, in float64, to float32's rounding."""
+    w = {k: np.asarray(v, np.float64) for k, v in load_weights(model_path(), weights_cache).items()}
+    p = "bert.encoder.albert_layer_groups.0.albert_layers.0"
+    x = np.random.default_rng(3).normal(0.0, 1.0, (9, 768))
+
+    def linear(name: str, t: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
+        return t @ w[f"{p}.{name}.weight"].T + w[f"{p}.{name}.bias"]
+
+    def norm(name: str, t: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
+        t = (t - t.mean(-1, keepdims=True)) / np.sqrt(t.var(-1, keepdims=True) + 1e-12)
+        return t * w[f"{p}.{name}.weight"] + w[f"{p}.{name}.bias"]
+
+    def heads(t: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
+        return t.reshape(9, 12, 64).transpose(1, 0, 2)
+
+    q, k, v = (heads(linear(f"attention.{n}", x)) for n in ("query", "key", "value"))
+    scores = q @ k.transpose(0, 2, 1) / 8.0
+    attention = np.exp(scores - scores.max(-1, keepdims=True))
+    attention /= attention.sum(-1, keepdims=True)
+    context = (attention @ v).transpose(1, 0, 2).reshape(9, 768)
+    h = norm("attention.LayerNorm", x + linear("attention.dense", context))
+    f = linear("ffn", h)
+    f = 0.5 * f * (1.0 + np.tanh(np.sqrt(2.0 / np.pi) * (f + 0.044715 * f**3)))
+    expected = norm("full_layer_layer_norm", h + linear("ffn_output", f))
+    got = np.array(model.bert.layer(mx.array(x.astype(np.float32))))
+    assert rel(got, expected) < 1e-5
+
+
 @pytest.mark.usefixtures("int8_activations")
 def test_albert_is_the_graphs_math_to_the_rounding(
     model: Kokoro, utterance: tuple[list[int], Array], graph: dict[str, Array]
