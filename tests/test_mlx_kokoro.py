@@ -38,6 +38,7 @@ from voicews.engines.kokoro.mlx_decoder import Snake  # noqa: E402
 from voicews.engines.kokoro.mlx_engine import MlxKokoroEngine  # noqa: E402
 from voicews.engines.kokoro.mlx_layers import (  # noqa: E402
     AdaIN,
+    AdaLayerNorm,
     BiLSTM,
     Linear,
     StridedConv,
@@ -260,7 +261,7 @@ def test_the_bilstm_is_pytorchs(compiled: bool) -> None:
 
 def test_adain_and_snake_are_the_formulas() -> None:
     """The one folded into gamma's bias, the mean over time as a matmul, ``1 / alpha`` once:
-    StyleTTS 2's AdaIN and Snake to float32's rounding."""
+    StyleTTS 2's AdaIN, AdaLayerNorm and Snake to float32's rounding."""
     rng = np.random.default_rng(1)
     x = rng.normal(0.5, 2.0, (9, 6)).astype(np.float32)
     s = rng.normal(0.0, 1.0, (4,)).astype(np.float32)
@@ -276,6 +277,10 @@ def test_adain_and_snake_are_the_formulas() -> None:
     norm = AdaIN(weights, "m", bank)
     adain = np.array(norm(mx.array(x), bank(mx.array(s))))
     np.testing.assert_allclose(adain, (1.0 + gamma) * normed + beta, atol=2e-5)
+    layer = AdaLayerNorm(weights, "m", bank := StyleBank())
+    across = (x - x.mean(axis=1, keepdims=True)) / np.sqrt(x.var(axis=1, keepdims=True) + 1e-5)
+    got = np.array(layer(mx.array(x), bank(mx.array(s))))
+    np.testing.assert_allclose(got, (1.0 + gamma) * across + beta, atol=2e-5)
     a = w["alpha"].reshape(-1).astype(np.float64)
     snaked = np.array(Snake(weights["alpha"])(mx.array(x)))
     np.testing.assert_allclose(snaked, x + np.sin(a * x) ** 2 / a, atol=2e-5)

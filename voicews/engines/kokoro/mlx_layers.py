@@ -79,10 +79,17 @@ def _averaging(length: int) -> mx.array:
     return mx.array(np.full((1, length), 1.0 / length, np.float32))
 
 
+@lru_cache(maxsize=16)
+def _epsilon(channels: int, eps: float) -> mx.array:
+    """``eps`` for each channel, added by the variance's own matmul (``addmm``)."""
+    return mx.array(np.full((1, channels), eps, np.float32))
+
+
 def instance_norm(x: mx.array, eps: float = 1e-5) -> mx.array:
     average = _averaging(int(x.shape[0]))
     centered = x - average @ x
-    return centered * mx.rsqrt(average @ (centered * centered) + eps)
+    variance = mx.addmm(_epsilon(int(x.shape[1]), eps), average, centered * centered)
+    return centered * mx.rsqrt(variance)
 
 
 def layer_norm(x: mx.array, weight: mx.array, bias: mx.array, eps: float) -> mx.array:
@@ -153,8 +160,7 @@ class AdaLayerNorm:
         self.slot = bank.add(_plus_one_gamma(w, module))
 
     def __call__(self, x: mx.array, styles: list[mx.array]) -> mx.array:
-        normed = mx.fast.layer_norm(x, None, None, 1e-5)
-        return styles[self.slot] * normed + styles[self.slot + 1]
+        return mx.fast.layer_norm(x, styles[self.slot], styles[self.slot + 1], 1e-5)
 
 
 def _sigmoid_gates_first(w: mx.array) -> np.ndarray:
