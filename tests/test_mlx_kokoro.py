@@ -34,7 +34,7 @@ from voicews.compute.execution import ComputeWorker  # noqa: E402
 from voicews.engines.base import Engine, SynthesisOptions, WordStarts  # noqa: E402
 from voicews.engines.kokoro.assets import load_voice, model_path, style  # noqa: E402
 from voicews.engines.kokoro.engine import KokoroEngine  # noqa: E402
-from voicews.engines.kokoro.mlx_decoder import Snake  # noqa: E402
+from voicews.engines.kokoro.mlx_decoder import AdaINResBlock1  # noqa: E402
 from voicews.engines.kokoro.mlx_engine import MlxKokoroEngine  # noqa: E402
 from voicews.engines.kokoro.mlx_layers import (  # noqa: E402
     AdaIN,
@@ -259,31 +259,70 @@ def test_the_bilstm_is_pytorchs(compiled: bool) -> None:
     np.testing.assert_allclose(got, expected, atol=2e-6)
 
 
-def test_adain_and_snake_are_the_formulas() -> None:
-    """The one folded into gamma's bias, the mean over time as a matmul, ``1 / alpha`` once:
-    StyleTTS 2's AdaIN, AdaLayerNorm and Snake to float32's rounding."""
+def test_adain_and_adalayernorm_are_the_formulas() -> None:
+    """The one folded into gamma's bias, the mean over time as a matmul, projections through a
+    bank: StyleTTS 2's AdaIN and AdaLayerNorm to float32's rounding."""
     rng = np.random.default_rng(1)
     x = rng.normal(0.5, 2.0, (9, 6)).astype(np.float32)
     s = rng.normal(0.0, 1.0, (4,)).astype(np.float32)
     w: dict[str, Array] = {
         "m.fc.weight": rng.normal(0.0, 0.5, (12, 4)).astype(np.float32),
         "m.fc.bias": rng.normal(0.0, 0.5, (12,)).astype(np.float32),
-        "alpha": rng.uniform(0.2, 2.0, (1, 6, 1)).astype(np.float32),
     }
     weights = {k: mx.array(v) for k, v in w.items()}
     gamma, beta = np.split(w["m.fc.weight"] @ s + w["m.fc.bias"], 2)
-    normed = (x - x.mean(axis=0)) / np.sqrt(x.var(axis=0) + 1e-5)
     bank = StyleBank()
-    norm = AdaIN(weights, "m", bank)
-    adain = np.array(norm(mx.array(x), bank(mx.array(s))))
-    np.testing.assert_allclose(adain, (1.0 + gamma) * normed + beta, atol=2e-5)
-    layer = AdaLayerNorm(weights, "m", bank := StyleBank())
+    norm, layer = AdaIN(weights, "m", bank), AdaLayerNorm(weights, "m", bank)
+    styles = bank(mx.array(s))
+    normed = (x - x.mean(axis=0)) / np.sqrt(x.var(axis=0) + 1e-5)
+    got = np.array(norm(mx.array(x), styles))
+    np.testing.assert_allclose(got, (1.0 + gamma) * normed + beta, atol=2e-5)
     across = (x - x.mean(axis=1, keepdims=True)) / np.sqrt(x.var(axis=1, keepdims=True) + 1e-5)
-    got = np.array(layer(mx.array(x), bank(mx.array(s))))
+    got = np.array(layer(mx.array(x), styles))
     np.testing.assert_allclose(got, (1.0 + gamma) * across + beta, atol=2e-5)
-    a = w["alpha"].reshape(-1).astype(np.float64)
-    snaked = np.array(Snake(weights["alpha"])(mx.array(x)))
-    np.testing.assert_allclose(snaked, x + np.sin(a * x) ** 2 / a, atol=2e-5)
+
+
+@pytest.mark.parametrize("matmul", [False, True])
+def test_the_generators_block_is_styletts2s(matmul: bool) -> None:
+    """AdaINResBlock1 with each Snake's alpha folded into its AdaIN and the next convolution:
+    the block as StyleTTS 2 writes it (AdaIN, Snake, dilated conv, twice, residual; three
+    times), in float64, to float32's rounding."""
+    rng = np.random.default_rng(4)
+    channels, styles_in, kernel, length = 4, 3, 3, 40
+    w: dict[str, Array] = {}
+    for j in range(3):
+        for k in (1, 2):
+            w[f"b.adain{k}.{j}.fc.weight"] = rng.normal(0, 0.5, (2 * channels, styles_in))
+            w[f"b.adain{k}.{j}.fc.bias"] = rng.normal(0, 0.5, (2 * channels,))
+            w[f"b.alpha{k}.{j}"] = rng.uniform(0.3, 2.0, (1, channels, 1))
+            w[f"b.convs{k}.{j}.weight"] = rng.normal(0, 0.4, (channels, kernel, channels))
+            w[f"b.convs{k}.{j}.bias"] = rng.normal(0, 0.2, (channels,))
+    x = rng.normal(0.0, 1.0, (length, channels))
+    style = rng.normal(0.0, 1.0, (styles_in,))
+
+    def adain(name: str, t: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
+        gamma, beta = np.split(w[f"b.{name}.fc.weight"] @ style + w[f"b.{name}.fc.bias"], 2)
+        return (1 + gamma) * (t - t.mean(0)) / np.sqrt(t.var(0) + 1e-5) + beta
+
+    def snake(name: str, t: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
+        a = w[f"b.{name}"].reshape(-1)
+        return t + np.sin(a * t) ** 2 / a
+
+    def conv(name: str, t: npt.NDArray[np.float64], d: int) -> npt.NDArray[np.float64]:
+        weight, pad = w[f"b.{name}.weight"], d * (kernel - 1) // 2
+        padded = np.pad(t, [(pad, pad), (0, 0)])
+        taps = [padded[k * d : k * d + length] @ weight[:, k, :].T for k in range(kernel)]
+        return sum(taps) + w[f"b.{name}.bias"]
+
+    expected = x
+    for j, d in enumerate((1, 3, 5)):
+        y = conv(f"convs1.{j}", snake(f"alpha1.{j}", adain(f"adain1.{j}", expected)), d)
+        expected = expected + conv(f"convs2.{j}", snake(f"alpha2.{j}", adain(f"adain2.{j}", y)), 1)
+    weights = {k: mx.array(v.astype(np.float32)) for k, v in w.items()}
+    bank = StyleBank()
+    block = AdaINResBlock1(weights, "b", (1, 3, 5), matmul, bank)
+    got = np.array(block(mx.array(x.astype(np.float32)), bank(mx.array(style.astype(np.float32)))))
+    assert rel(got, expected) < 1e-5
 
 
 @pytest.mark.parametrize("dilation", [1, 3])

@@ -34,7 +34,12 @@ _UPSAMPLE = 300
 
 
 class AdaINResBlock1:
-    """The generator's residual block: three AdaIN/Snake/dilated-conv pairs, each residual."""
+    """The generator's residual block: three AdaIN/Snake/dilated-conv pairs, each residual.
+
+    Snake is ``y + sin(alpha y)^2 / alpha``, that is ``(u + sin(u)^2) / alpha`` of
+    ``u = alpha y``: the alpha is folded into the AdaIN's projection (its scale and shift) and
+    the ``1 / alpha`` into the next convolution's weights, leaving three operations a Snake,
+    none of them a broadcast."""
 
     def __init__(
         self,
@@ -44,34 +49,33 @@ class AdaINResBlock1:
         matmul: bool,
         bank: StyleBank,
     ) -> None:
-        self.stages = [
-            (
-                AdaIN(w, f"{module}.adain1.{j}", bank),
-                Snake(w[f"{module}.alpha1.{j}"]),
-                same_conv(w, f"{module}.convs1.{j}", matmul, dilation=d),
-                AdaIN(w, f"{module}.adain2.{j}", bank),
-                Snake(w[f"{module}.alpha2.{j}"]),
-                same_conv(w, f"{module}.convs2.{j}", matmul),
+        def alpha(name: str) -> np.ndarray:
+            return np.asarray(w[f"{module}.{name}"]).reshape(-1).astype(np.float64)
+
+        self.stages = []
+        for j, d in enumerate(dilations):
+            alpha1, alpha2 = alpha(f"alpha1.{j}"), alpha(f"alpha2.{j}")
+            self.stages.append(
+                (
+                    AdaIN(w, f"{module}.adain1.{j}", bank, alpha1),
+                    same_conv(
+                        w, f"{module}.convs1.{j}", matmul, dilation=d, input_scale=1.0 / alpha1
+                    ),
+                    AdaIN(w, f"{module}.adain2.{j}", bank, alpha2),
+                    same_conv(w, f"{module}.convs2.{j}", matmul, input_scale=1.0 / alpha2),
+                )
             )
-            for j, d in enumerate(dilations)
-        ]
 
     def __call__(self, x: mx.array, styles: list[mx.array]) -> mx.array:
-        for norm1, snake1, conv1, norm2, snake2, conv2 in self.stages:
-            y = conv1(snake1(norm1(x, styles)))
-            x = x + conv2(snake2(norm2(y, styles)))
+        for norm1, conv1, norm2, conv2 in self.stages:
+            y = conv1(snake_scaled(norm1(x, styles)))
+            x = x + conv2(snake_scaled(norm2(y, styles)))
         return x
 
 
-class Snake:
-    """``x + sin(alpha * x)^2 / alpha``, with ``1 / alpha`` computed once."""
-
-    def __init__(self, alpha: mx.array) -> None:
-        self.alpha = alpha.reshape(-1)
-        self.inverse = mx.array(1.0 / np.asarray(self.alpha))
-
-    def __call__(self, x: mx.array) -> mx.array:
-        return x + self.inverse * mx.square(mx.sin(self.alpha * x))
+def snake_scaled(u: mx.array) -> mx.array:
+    """Snake of ``u / alpha``, times alpha: ``u + sin(u)^2``."""
+    return u + mx.square(mx.sin(u))
 
 
 def _resize_linear(x: mx.array, scale: int) -> mx.array:

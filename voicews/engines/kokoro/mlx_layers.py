@@ -29,9 +29,19 @@ class SameConv(Conv):
         return y if self._bias is None else y + self._bias
 
 
-def same_conv(w: Weights, module: str, matmul: bool, *, dilation: int = 1) -> Conv:
-    """A stride-1 convolution with 'same' padding (every one of Kokoro's has an odd kernel)."""
-    weight = w[f"{module}.weight"]
+def same_conv(
+    w: Weights,
+    module: str,
+    matmul: bool,
+    *,
+    dilation: int = 1,
+    input_scale: np.ndarray | None = None,
+) -> Conv:
+    """A stride-1 convolution with 'same' padding (every one of Kokoro's has an odd kernel),
+    of its input times ``input_scale`` per channel where given (folded into the weights)."""
+    weight = w[f"{module}.weight"]  # (out, kernel, in)
+    if input_scale is not None:
+        weight = mx.array(np.asarray(weight) * input_scale.astype(np.float32))
     pad = dilation * (int(weight.shape[1]) - 1) // 2
     return SameConv(
         weight,
@@ -107,14 +117,17 @@ class Linear:
         return x @ self.weight_t if self.bias is None else mx.addmm(self.bias, x, self.weight_t)
 
 
-def _plus_one_gamma(w: Weights, module: str) -> Linear:
+def _plus_one_gamma(w: Weights, module: str, times: np.ndarray | None = None) -> Linear:
     """A style projection to ``(gamma, beta)`` whose ``gamma`` comes out as ``1 + gamma``:
-    the one added to every scale, folded into the bias once."""
+    the one added to every scale, folded into the bias once; both times ``times`` per channel
+    where given (a Snake's alpha, folded)."""
     fc = Linear(w, f"{module}.fc")
     assert fc.bias is not None
-    bias = np.array(fc.bias)
+    weight, bias = np.array(fc.weight_t), np.array(fc.bias)
     bias[: len(bias) // 2] += 1.0
-    fc.bias = mx.array(bias)
+    if times is not None:
+        weight, bias = weight * np.tile(times, 2), bias * np.tile(times, 2)
+    fc.weight_t, fc.bias = mx.array(weight), mx.array(bias)
     return fc
 
 
@@ -146,10 +159,13 @@ class StyleBank:
 
 
 class AdaIN:
-    """Instance norm whose scale and shift come from the style vector (through a bank)."""
+    """Instance norm whose scale and shift come from the style vector (through a bank), the
+    result times ``times`` per channel where given (folded into the projection)."""
 
-    def __init__(self, w: Weights, module: str, bank: StyleBank) -> None:
-        self.slot = bank.add(_plus_one_gamma(w, module))
+    def __init__(
+        self, w: Weights, module: str, bank: StyleBank, times: np.ndarray | None = None
+    ) -> None:
+        self.slot = bank.add(_plus_one_gamma(w, module, times))
 
     def __call__(self, x: mx.array, styles: list[mx.array]) -> mx.array:
         return styles[self.slot] * instance_norm(x) + styles[self.slot + 1]
