@@ -289,7 +289,8 @@ def test_the_generators_block_is_styletts2s(matmul: bool) -> None:
     times), in float64, to float32's rounding."""
     rng = np.random.default_rng(4)
     channels, styles_in, kernel, length = 4, 3, 3, 40
-    w: dict[str, Array] = {}
+    F64 = npt.NDArray[np.float64]
+    w: dict[str, F64] = {}
     for j in range(3):
         for k in (1, 2):
             w[f"b.adain{k}.{j}.fc.weight"] = rng.normal(0, 0.5, (2 * channels, styles_in))
@@ -300,19 +301,22 @@ def test_the_generators_block_is_styletts2s(matmul: bool) -> None:
     x = rng.normal(0.0, 1.0, (length, channels))
     style = rng.normal(0.0, 1.0, (styles_in,))
 
-    def adain(name: str, t: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
+    def adain(name: str, t: F64) -> F64:
         gamma, beta = np.split(w[f"b.{name}.fc.weight"] @ style + w[f"b.{name}.fc.bias"], 2)
-        return (1 + gamma) * (t - t.mean(0)) / np.sqrt(t.var(0) + 1e-5) + beta
+        normed: F64 = (t - t.mean(0)) / np.sqrt(t.var(0) + 1e-5)
+        return (1 + gamma) * normed + beta
 
-    def snake(name: str, t: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
+    def snake(name: str, t: F64) -> F64:
         a = w[f"b.{name}"].reshape(-1)
         return t + np.sin(a * t) ** 2 / a
 
-    def conv(name: str, t: npt.NDArray[np.float64], d: int) -> npt.NDArray[np.float64]:
+    def conv(name: str, t: F64, d: int) -> F64:
         weight, pad = w[f"b.{name}.weight"], d * (kernel - 1) // 2
         padded = np.pad(t, [(pad, pad), (0, 0)])
-        taps = [padded[k * d : k * d + length] @ weight[:, k, :].T for k in range(kernel)]
-        return sum(taps) + w[f"b.{name}.bias"]
+        out: F64 = w[f"b.{name}.bias"] + padded[:length] @ weight[:, 0, :].T
+        for k in range(1, kernel):
+            out = out + padded[k * d : k * d + length] @ weight[:, k, :].T
+        return out
 
     expected = x
     for j, d in enumerate((1, 3, 5)):
