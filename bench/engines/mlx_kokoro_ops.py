@@ -14,10 +14,12 @@ GPU's; ``--conv matmul`` counts the CPU's matmul per tap). Per sentence:
 On MLX's CPU backend ``mx.fast.layer_norm`` is expanded into its parts (one node on a GPU):
 ``gpu graph`` counts each as one. Each checkout runs in its own process (``PYTHONPATH``).
 With ``--time N``, rounds of one process per checkout (alternating which goes first), each
-timing N syntheses per sentence: medians of CPU seconds and wall seconds per audio second.
+timing N syntheses of each ``--timed`` sentence: medians of CPU and wall seconds per audio
+second.
 
     python -m bench mlx_kokoro_ops --baseline ../main                 # counts (~2 min)
-    python -m bench mlx_kokoro_ops --baseline ../main --time 5 --rounds 4 --json ops.json
+    python -m bench mlx_kokoro_ops --baseline ../main --no-counts --time 3 --rounds 4
+        # ~10 min on MLX's CPU backend (its RTF is ~5-10): "Hello there." timed by default
 """
 
 from __future__ import annotations
@@ -212,14 +214,15 @@ def child_counts(conv: str) -> list[dict[str, Any]]:
     return rows
 
 
-def child_timing(repeats: int) -> dict[str, dict[str, float]]:
+def child_timing(repeats: int, labels: list[str]) -> dict[str, dict[str, float]]:
     """The engine as served on this machine's MLX device: medians of ``repeats`` syntheses."""
     from voicews.engines.base import SynthesisOptions, WordStarts
 
     tts = engine("default")
     list(tts.synthesize("Warming up.", SynthesisOptions()))
     out = {}
-    for label, text in SENTENCES.items():
+    for label in labels:
+        text = SENTENCES[label]
         cpu, wall = [], []
         for _ in range(repeats):
             start, clock = time.perf_counter(), time.process_time()
@@ -268,13 +271,16 @@ def main() -> None:
     parser.add_argument("--baseline", type=Path, help="the shipped checkout's root")
     parser.add_argument("--conv", choices=["native", "matmul", "default"], default="native")
     parser.add_argument("--time", type=int, default=0, help="timed syntheses per process")
+    parser.add_argument(
+        "--timed", nargs="+", choices=SENTENCES, default=["short"], help="sentences timed"
+    )
     parser.add_argument("--rounds", type=int, default=4)
     parser.add_argument("--no-counts", action="store_true")
     parser.add_argument("--json", type=Path)
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        result = child_timing(args.time) if args.time else child_counts(args.conv)
+        result = child_timing(args.time, args.timed) if args.time else child_counts(args.conv)
         print(json.dumps(result))
         return
     here = Path(__file__).resolve().parents[2]
@@ -291,11 +297,11 @@ def main() -> None:
         for round_ in range(args.rounds):
             order = list(trees.items()) if round_ % 2 == 0 else list(trees.items())[::-1]
             for name, tree in order:
-                runs[name].append(run_child(tree, "--time", str(args.time)))
+                runs[name].append(run_child(tree, "--time", str(args.time), "--timed", *args.timed))
                 print(f"round {round_ + 1} {name}: {runs[name][-1]}", flush=True)
         report["timing"] = {}
         for name, rounds in runs.items():
-            for label in SENTENCES:
+            for label in args.timed:
                 figures = {
                     key: statistics.median(r[label][key] for r in rounds)
                     for key in rounds[0][label]

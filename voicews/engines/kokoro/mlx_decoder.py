@@ -58,8 +58,13 @@ class AdaINResBlock1:
             self.stages.append(
                 (
                     AdaIN(w, f"{module}.adain1.{j}", bank, alpha1),
-                    same_conv(
-                        w, f"{module}.convs1.{j}", matmul, dilation=d, input_scale=1.0 / alpha1
+                    same_conv(  # adain2 follows
+                        w,
+                        f"{module}.convs1.{j}",
+                        matmul,
+                        dilation=d,
+                        input_scale=1.0 / alpha1,
+                        normed=True,
                     ),
                     AdaIN(w, f"{module}.adain2.{j}", bank, alpha2),
                     same_conv(w, f"{module}.convs2.{j}", matmul, input_scale=1.0 / alpha2),

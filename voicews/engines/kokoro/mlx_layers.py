@@ -36,16 +36,19 @@ def same_conv(
     *,
     dilation: int = 1,
     input_scale: np.ndarray | None = None,
+    normed: bool = False,
 ) -> Conv:
     """A stride-1 convolution with 'same' padding (every one of Kokoro's has an odd kernel),
-    of its input times ``input_scale`` per channel where given (folded into the weights)."""
+    of its input times ``input_scale`` per channel where given (folded into the weights).
+    ``normed``: an instance norm follows, which subtracts any per-channel constant again, so
+    the bias is left out (an addition and its broadcast a call)."""
     weight = w[f"{module}.weight"]  # (out, kernel, in)
     if input_scale is not None:
         weight = mx.array(np.asarray(weight) * input_scale.astype(np.float32))
     pad = dilation * (int(weight.shape[1]) - 1) // 2
     return SameConv(
         weight,
-        w.get(f"{module}.bias"),
+        None if normed else w.get(f"{module}.bias"),
         dilation=dilation,
         pad_left=pad,
         pad_right=pad,
@@ -260,7 +263,7 @@ class AdainResBlock:
         self.norm1 = AdaIN(w, f"{module}.norm1", bank)
         self.norm2 = AdaIN(w, f"{module}.norm2", bank)
         self.conv1, self.conv2 = (
-            same_conv(w, f"{module}.conv1", matmul),
+            same_conv(w, f"{module}.conv1", matmul, normed=True),  # norm2 follows
             same_conv(w, f"{module}.conv2", matmul),
         )
         self.shortcut = (
