@@ -99,6 +99,10 @@ SCENARIOS: dict[str, tuple[str, str]] = {
         "bench.engines.gpu_load",
         "a real server on an MLX engine: warm-up to ready, bursts of N conversations, batching",
     ),
+    "mlx_kokoro_ops": (
+        "bench.engines.mlx_kokoro_ops",
+        "MLX Kokoro's operations and evals per audio second by component, shipped against now",
+    ),
     "mlx_kokoro": (
         "bench.engines.mlx_kokoro",
         "the mlx-kokoro engine per component, beside the onnxruntime engine",

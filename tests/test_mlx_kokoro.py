@@ -34,8 +34,17 @@ from voicews.compute.execution import ComputeWorker  # noqa: E402
 from voicews.engines.base import Engine, SynthesisOptions, WordStarts  # noqa: E402
 from voicews.engines.kokoro.assets import load_voice, model_path, style  # noqa: E402
 from voicews.engines.kokoro.engine import KokoroEngine  # noqa: E402
+from voicews.engines.kokoro.mlx_decoder import AdaINResBlock1  # noqa: E402
 from voicews.engines.kokoro.mlx_engine import MlxKokoroEngine  # noqa: E402
-from voicews.engines.kokoro.mlx_layers import Linear, StridedConv  # noqa: E402
+from voicews.engines.kokoro.mlx_layers import (  # noqa: E402
+    AdaIN,
+    AdaLayerNorm,
+    BiLSTM,
+    Linear,
+    StridedConv,
+    StyleBank,
+    same_conv,
+)
 from voicews.engines.kokoro.mlx_model import Kokoro  # noqa: E402
 from voicews.engines.kokoro.mlx_weights import (  # noqa: E402
     _reorder_gates,
@@ -207,6 +216,134 @@ def test_lstm_gates_go_from_onnx_order_to_pytorchs() -> None:
     assert "".join(_reorder_gates(onnx_order)) == "iiffccoo"
 
 
+def lstm_reference(x: Array, w: dict[str, Array], suffix: str) -> npt.NDArray[np.float64]:
+    """PyTorch's LSTM equations, one direction, step by step in numpy (float64)."""
+    w_ih, w_hh = w[f"weight_ih_l0{suffix}"], w[f"weight_hh_l0{suffix}"]
+    bias = w[f"bias_ih_l0{suffix}"] + w[f"bias_hh_l0{suffix}"]
+    h = c = np.zeros(w_hh.shape[1])
+    out = []
+
+    def sigmoid(v: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
+        return 1.0 / (1.0 + np.exp(-v))
+
+    for x_t in x:
+        i, f, g, o = np.split(w_ih @ x_t + w_hh @ h + bias, 4)
+        c = sigmoid(f) * c + sigmoid(i) * np.tanh(g)
+        h = sigmoid(o) * np.tanh(c)
+        out.append(h)
+    return np.array(out)
+
+
+@pytest.mark.parametrize("compiled", [False, True])
+def test_the_bilstm_is_pytorchs(compiled: bool) -> None:
+    """Both directions stepped together, gates reordered, projections hoisted (and the step
+    compiled, as on a GPU): PyTorch's bidirectional LSTM to float32's rounding."""
+    rng = np.random.default_rng(0)
+    inputs, hidden, length = 6, 8, 7
+    shapes: dict[str, tuple[int, ...]] = {
+        "weight_ih": (4 * hidden, inputs),
+        "weight_hh": (4 * hidden, hidden),
+    }
+    shapes |= {"bias_ih": (4 * hidden,), "bias_hh": (4 * hidden,)}
+    w = {
+        f"{name}_l0{suffix}": rng.normal(0.0, 0.5, shape).astype(np.float32)
+        for name, shape in shapes.items()
+        for suffix in ("", "_reverse")
+    }
+    x = rng.normal(0.0, 1.0, (length, inputs)).astype(np.float32)
+    expected = np.concatenate(
+        [lstm_reference(x, w, ""), lstm_reference(x[::-1], w, "_reverse")[::-1]], axis=1
+    )
+    lstm = BiLSTM({f"m.{k}": mx.array(v) for k, v in w.items()}, "m", compiled=compiled)
+    got = np.array(lstm(mx.array(x)))
+    np.testing.assert_allclose(got, expected, atol=2e-6)
+
+
+def test_adain_and_adalayernorm_are_the_formulas() -> None:
+    """The one folded into gamma's bias, the mean over time as a matmul, projections through a
+    bank: StyleTTS 2's AdaIN and AdaLayerNorm to float32's rounding."""
+    rng = np.random.default_rng(1)
+    x = rng.normal(0.5, 2.0, (9, 6)).astype(np.float32)
+    s = rng.normal(0.0, 1.0, (4,)).astype(np.float32)
+    w: dict[str, Array] = {
+        "m.fc.weight": rng.normal(0.0, 0.5, (12, 4)).astype(np.float32),
+        "m.fc.bias": rng.normal(0.0, 0.5, (12,)).astype(np.float32),
+    }
+    weights = {k: mx.array(v) for k, v in w.items()}
+    gamma, beta = np.split(w["m.fc.weight"] @ s + w["m.fc.bias"], 2)
+    bank = StyleBank()
+    norm, layer = AdaIN(weights, "m", bank), AdaLayerNorm(weights, "m", bank)
+    styles = bank(mx.array(s))
+    normed = (x - x.mean(axis=0)) / np.sqrt(x.var(axis=0) + 1e-5)
+    got = np.array(norm(mx.array(x), styles))
+    np.testing.assert_allclose(got, (1.0 + gamma) * normed + beta, atol=2e-5)
+    across = (x - x.mean(axis=1, keepdims=True)) / np.sqrt(x.var(axis=1, keepdims=True) + 1e-5)
+    got = np.array(layer(mx.array(x), styles))
+    np.testing.assert_allclose(got, (1.0 + gamma) * across + beta, atol=2e-5)
+
+
+@pytest.mark.parametrize("matmul", [False, True])
+def test_the_generators_block_is_styletts2s(matmul: bool) -> None:
+    """AdaINResBlock1 with each Snake's alpha folded into its AdaIN and the next convolution:
+    the block as StyleTTS 2 writes it (AdaIN, Snake, dilated conv, twice, residual; three
+    times), in float64, to float32's rounding."""
+    rng = np.random.default_rng(4)
+    channels, styles_in, kernel, length = 4, 3, 3, 40
+    F64 = npt.NDArray[np.float64]
+    w: dict[str, F64] = {}
+    for j in range(3):
+        for k in (1, 2):
+            w[f"b.adain{k}.{j}.fc.weight"] = rng.normal(0, 0.5, (2 * channels, styles_in))
+            w[f"b.adain{k}.{j}.fc.bias"] = rng.normal(0, 0.5, (2 * channels,))
+            w[f"b.alpha{k}.{j}"] = rng.uniform(0.3, 2.0, (1, channels, 1))
+            w[f"b.convs{k}.{j}.weight"] = rng.normal(0, 0.4, (channels, kernel, channels))
+            w[f"b.convs{k}.{j}.bias"] = rng.normal(0, 0.2, (channels,))
+    x = rng.normal(0.0, 1.0, (length, channels))
+    style = rng.normal(0.0, 1.0, (styles_in,))
+
+    def adain(name: str, t: F64) -> F64:
+        gamma, beta = np.split(w[f"b.{name}.fc.weight"] @ style + w[f"b.{name}.fc.bias"], 2)
+        normed: F64 = (t - t.mean(0)) / np.sqrt(t.var(0) + 1e-5)
+        return (1 + gamma) * normed + beta
+
+    def snake(name: str, t: F64) -> F64:
+        a = w[f"b.{name}"].reshape(-1)
+        return t + np.sin(a * t) ** 2 / a
+
+    def conv(name: str, t: F64, d: int) -> F64:
+        weight, pad = w[f"b.{name}.weight"], d * (kernel - 1) // 2
+        padded = np.pad(t, [(pad, pad), (0, 0)])
+        out: F64 = w[f"b.{name}.bias"] + padded[:length] @ weight[:, 0, :].T
+        for k in range(1, kernel):
+            out = out + padded[k * d : k * d + length] @ weight[:, k, :].T
+        return out
+
+    expected = x
+    for j, d in enumerate((1, 3, 5)):
+        y = conv(f"convs1.{j}", snake(f"alpha1.{j}", adain(f"adain1.{j}", expected)), d)
+        expected = expected + conv(f"convs2.{j}", snake(f"alpha2.{j}", adain(f"adain2.{j}", y)), 1)
+    weights = {k: mx.array(v.astype(np.float32)) for k, v in w.items()}
+    bank = StyleBank()
+    block = AdaINResBlock1(weights, "b", (1, 3, 5), matmul, bank)
+    got = np.array(block(mx.array(x.astype(np.float32)), bank(mx.array(style.astype(np.float32)))))
+    assert rel(got, expected) < 1e-5
+
+
+@pytest.mark.parametrize("dilation", [1, 3])
+def test_a_same_conv_is_alike_both_ways(dilation: int) -> None:
+    """MLX's ``conv1d`` with its own padding (a GPU's) and a matmul per tap (the CPU's)."""
+    rng = np.random.default_rng(2)
+    w = {
+        "m.weight": mx.array(rng.normal(size=(5, 7, 3)).astype(np.float32)),
+        "m.bias": mx.array(rng.normal(size=(5,)).astype(np.float32)),
+    }
+    x = mx.array(rng.normal(size=(20, 3)).astype(np.float32))
+    native = same_conv(w, "m", False, dilation=dilation)(x)
+    per_tap = same_conv(w, "m", True, dilation=dilation)(x)
+    assert native.shape == (20, 5)
+    np.testing.assert_allclose(np.array(native), np.array(per_tap), atol=1e-5)
+
+
 def test_weights_are_cached_once(weights_cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     path = cache_path(model_path(), weights_cache)
     assert path.is_file() and path.suffix == ".safetensors"
@@ -229,6 +366,36 @@ def test_importing_the_engine_leaves_mlx_alone() -> None:
 
 
 # --- parity with onnxruntime, component by component --------------------------------------
+
+
+def test_an_albert_layer_is_the_textbook_one(model: Kokoro, weights_cache: Path) -> None:
+    """Query, key and value in one matmul, the scale folded, GELU as ``x sigmoid(2u)``: the
+    shared layer as HuggingFace's ALBERT writes it, in float64, to float32's rounding."""
+    w = {k: np.asarray(v, np.float64) for k, v in load_weights(model_path(), weights_cache).items()}
+    p = "bert.encoder.albert_layer_groups.0.albert_layers.0"
+    x = np.random.default_rng(3).normal(0.0, 1.0, (9, 768))
+
+    def linear(name: str, t: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
+        return t @ w[f"{p}.{name}.weight"].T + w[f"{p}.{name}.bias"]
+
+    def norm(name: str, t: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
+        t = (t - t.mean(-1, keepdims=True)) / np.sqrt(t.var(-1, keepdims=True) + 1e-12)
+        return t * w[f"{p}.{name}.weight"] + w[f"{p}.{name}.bias"]
+
+    def heads(t: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
+        return t.reshape(9, 12, 64).transpose(1, 0, 2)
+
+    q, k, v = (heads(linear(f"attention.{n}", x)) for n in ("query", "key", "value"))
+    scores = q @ k.transpose(0, 2, 1) / 8.0
+    attention = np.exp(scores - scores.max(-1, keepdims=True))
+    attention /= attention.sum(-1, keepdims=True)
+    context = (attention @ v).transpose(1, 0, 2).reshape(9, 768)
+    h = norm("attention.LayerNorm", x + linear("attention.dense", context))
+    f = linear("ffn", h)
+    f = 0.5 * f * (1.0 + np.tanh(np.sqrt(2.0 / np.pi) * (f + 0.044715 * f**3)))
+    expected = norm("full_layer_layer_norm", h + linear("ffn_output", f))
+    got = np.array(model.bert.layer(mx.array(x.astype(np.float32))))
+    assert rel(got, expected) < 1e-5
 
 
 @pytest.mark.usefixtures("int8_activations")
@@ -322,7 +489,8 @@ def test_the_decoder_on_a_few_frames(
         f0_frames = decoder.f0_conv(mx.array(f0[0])[:, None])
         n_frames = decoder.n_conv(mx.array(n[0])[:, None])
         x = mx.concatenate([mx.array(asr[0].T), f0_frames, n_frames], axis=1)
-        assert rel(decoder.encode(x, s), encoded_ref[0].T) < 1e-3
+        styles = decoder.styles(int8_rounded(s))  # every AdaIN's projection, of rounded input
+        assert rel(decoder.encode(x, styles), encoded_ref[0].T) < 1e-3
 
 
 def test_speed_divides_the_durations(

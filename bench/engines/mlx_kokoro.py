@@ -135,9 +135,10 @@ def piece(model: Kokoro, tokens: list[int], row: mx.array, add: Callable[..., An
     index = mx.array(np.repeat(np.arange(len(tokens)), frames).astype(np.int32))
     f0, n = add("f0_energy", lambda: p.f0_n(features[index], s))
     asr = add("text_encoder", lambda: model.text_encoder(ids)[index])
-    x = add("decoder_frames", lambda: d.hidden(asr, f0, n, row[:128]))
+    styles = d.styles(row[:128])
+    x = add("decoder_frames", lambda: d.hidden(asr, f0, n, styles))
     harmonics = add("harmonics_stft", lambda: g.harmonics(f0))
-    spectrum = add("generator", lambda: g.spectrum(x, row[:128], harmonics))
+    spectrum = add("generator", lambda: g.spectrum(x, styles, harmonics))
     add("inverse_stft", lambda: g.stft.inverse(spectrum))
 
 

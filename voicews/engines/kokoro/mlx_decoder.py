@@ -14,7 +14,15 @@ import numpy as np
 
 from ..mlx_piper.layers import Conv, Upsample, leaky_relu
 from .assets import SAMPLE_RATE
-from .mlx_layers import AdaIN, AdainResBlock, Linear, StridedConv, Weights, same_conv
+from .mlx_layers import (
+    AdaIN,
+    AdainResBlock,
+    Linear,
+    StridedConv,
+    StyleBank,
+    Weights,
+    same_conv,
+)
 
 _HARMONICS = 9
 _SINE_AMP = 0.1
@@ -26,30 +34,53 @@ _UPSAMPLE = 300
 
 
 class AdaINResBlock1:
-    """The generator's residual block: three AdaIN/Snake/dilated-conv pairs, each residual."""
+    """The generator's residual block: three AdaIN/Snake/dilated-conv pairs, each residual.
 
-    def __init__(self, w: Weights, module: str, dilations: tuple[int, ...], matmul: bool) -> None:
-        self.stages = [
-            (
-                AdaIN(w, f"{module}.adain1.{j}"),
-                w[f"{module}.alpha1.{j}"].reshape(-1),
-                same_conv(w, f"{module}.convs1.{j}", matmul, dilation=d),
-                AdaIN(w, f"{module}.adain2.{j}"),
-                w[f"{module}.alpha2.{j}"].reshape(-1),
-                same_conv(w, f"{module}.convs2.{j}", matmul),
+    Snake is ``y + sin(alpha y)^2 / alpha``, that is ``(u + sin(u)^2) / alpha`` of
+    ``u = alpha y``: the alpha is folded into the AdaIN's projection (its scale and shift) and
+    the ``1 / alpha`` into the next convolution's weights, leaving three operations a Snake,
+    none of them a broadcast."""
+
+    def __init__(
+        self,
+        w: Weights,
+        module: str,
+        dilations: tuple[int, ...],
+        matmul: bool,
+        bank: StyleBank,
+    ) -> None:
+        def alpha(name: str) -> np.ndarray:
+            return np.asarray(w[f"{module}.{name}"]).reshape(-1).astype(np.float64)
+
+        self.stages = []
+        for j, d in enumerate(dilations):
+            alpha1, alpha2 = alpha(f"alpha1.{j}"), alpha(f"alpha2.{j}")
+            self.stages.append(
+                (
+                    AdaIN(w, f"{module}.adain1.{j}", bank, alpha1),
+                    same_conv(  # adain2 follows
+                        w,
+                        f"{module}.convs1.{j}",
+                        matmul,
+                        dilation=d,
+                        input_scale=1.0 / alpha1,
+                        normed=True,
+                    ),
+                    AdaIN(w, f"{module}.adain2.{j}", bank, alpha2),
+                    same_conv(w, f"{module}.convs2.{j}", matmul, input_scale=1.0 / alpha2),
+                )
             )
-            for j, d in enumerate(dilations)
-        ]
 
-    def __call__(self, x: mx.array, style: mx.array) -> mx.array:
-        for norm1, alpha1, conv1, norm2, alpha2, conv2 in self.stages:
-            y = conv1(snake(norm1(x, style), alpha1))
-            x = x + conv2(snake(norm2(y, style), alpha2))
+    def __call__(self, x: mx.array, styles: list[mx.array]) -> mx.array:
+        for norm1, conv1, norm2, conv2 in self.stages:
+            y = conv1(snake_scaled(norm1(x, styles)))
+            x = x + conv2(snake_scaled(norm2(y, styles)))
         return x
 
 
-def snake(x: mx.array, alpha: mx.array) -> mx.array:
-    return x + (1.0 / alpha) * mx.square(mx.sin(alpha * x))
+def snake_scaled(u: mx.array) -> mx.array:
+    """Snake of ``u / alpha``, times alpha: ``u + sin(u)^2``."""
+    return u + mx.square(mx.sin(u))
 
 
 def _resize_linear(x: mx.array, scale: int) -> mx.array:
@@ -136,7 +167,7 @@ class Stft:
 
 
 class Generator:
-    def __init__(self, w: Weights, matmul: bool) -> None:
+    def __init__(self, w: Weights, matmul: bool, bank: StyleBank) -> None:
         g = "decoder.generator"
         self.source = HarmonicSource(w)
         self.stft = Stft(w, matmul)
@@ -149,23 +180,26 @@ class Generator:
             same_conv(w, f"{g}.noise_convs.1", matmul),
         ]
         self.noise_res = [
-            AdaINResBlock1(w, f"{g}.noise_res.0", (1, 3, 5), matmul),
-            AdaINResBlock1(w, f"{g}.noise_res.1", (1, 3, 5), matmul),
+            AdaINResBlock1(w, f"{g}.noise_res.0", (1, 3, 5), matmul, bank),
+            AdaINResBlock1(w, f"{g}.noise_res.1", (1, 3, 5), matmul, bank),
         ]
         self.resblocks = [
-            [AdaINResBlock1(w, f"{g}.resblocks.{3 * i + j}", (1, 3, 5), matmul) for j in range(3)]
+            [
+                AdaINResBlock1(w, f"{g}.resblocks.{3 * i + j}", (1, 3, 5), matmul, bank)
+                for j in range(3)
+            ]
             for i in range(2)
         ]
         self.conv_post = same_conv(w, f"{g}.conv_post", matmul)
 
-    def __call__(self, x: mx.array, style: mx.array, f0: mx.array) -> mx.array:
-        return self.stft.inverse(self.spectrum(x, style, self.harmonics(f0)))
+    def __call__(self, x: mx.array, styles: list[mx.array], f0: mx.array) -> mx.array:
+        return self.stft.inverse(self.spectrum(x, styles, self.harmonics(f0)))
 
     def harmonics(self, f0: mx.array) -> mx.array:
         """The harmonic source's magnitudes and phases, ``(120 * frames + 1, 22)``."""
         return self.stft.magnitude_phase(self.source(f0))
 
-    def spectrum(self, x: mx.array, style: mx.array, harmonics: mx.array) -> mx.array:
+    def spectrum(self, x: mx.array, styles: list[mx.array], harmonics: mx.array) -> mx.array:
         """Two upsamplings (x10, x6) with residual blocks, driven by the harmonics: the log
         magnitudes and phases the inverse STFT turns into audio."""
         for i, (up, noise_conv, noise_res, blocks) in enumerate(
@@ -174,10 +208,10 @@ class Generator:
             x = up(leaky_relu(x, 0.1))
             if i == len(self.ups) - 1:
                 x = mx.concatenate([x[1:2], x])  # ReflectionPad1d((1, 0))
-            x = x + noise_res(noise_conv(harmonics), style)
-            total = blocks[0](x, style)
+            x = x + noise_res(noise_conv(harmonics), styles)
+            total = blocks[0](x, styles)
             for block in blocks[1:]:
-                total = total + block(x, style)
+                total = total + block(x, styles)
             x = total * (1.0 / len(blocks))
         return self.conv_post(leaky_relu(x, 0.01))
 
@@ -189,20 +223,22 @@ class Decoder:
         d = "decoder"
         self.f0_conv = StridedConv(w[f"{d}.F0_conv.weight"], w[f"{d}.F0_conv.bias"], 2, 1, matmul)
         self.n_conv = StridedConv(w[f"{d}.N_conv.weight"], w[f"{d}.N_conv.bias"], 2, 1, matmul)
-        self.encode = AdainResBlock(w, f"{d}.encode", matmul)
+        self.styles = StyleBank()
+        self.encode = AdainResBlock(w, f"{d}.encode", matmul, self.styles)
         self.asr_res = same_conv(w, f"{d}.asr_res.0", matmul)
-        self.decode = [AdainResBlock(w, f"{d}.decode.{i}", matmul) for i in range(4)]
-        self.generator = Generator(w, matmul)
+        self.decode = [AdainResBlock(w, f"{d}.decode.{i}", matmul, self.styles) for i in range(4)]
+        self.generator = Generator(w, matmul, self.styles)
 
     def __call__(self, asr: mx.array, f0: mx.array, n: mx.array, style: mx.array) -> mx.array:
-        return self.generator(self.hidden(asr, f0, n, style), style, f0)
+        styles = self.styles(style)
+        return self.generator(self.hidden(asr, f0, n, styles), styles, f0)
 
-    def hidden(self, asr: mx.array, f0: mx.array, n: mx.array, style: mx.array) -> mx.array:
+    def hidden(self, asr: mx.array, f0: mx.array, n: mx.array, styles: list[mx.array]) -> mx.array:
         """The generator's input, ``(2 * frames, 512)``: text features with F0 and energy."""
         f0_frames = self.f0_conv(f0[:, None])
         n_frames = self.n_conv(n[:, None])
-        x = self.encode(mx.concatenate([asr, f0_frames, n_frames], axis=1), style)
+        x = self.encode(mx.concatenate([asr, f0_frames, n_frames], axis=1), styles)
         residual = mx.concatenate([self.asr_res(asr), f0_frames, n_frames], axis=1)
         for block in self.decode:
-            x = block(mx.concatenate([x, residual], axis=1), style)
+            x = block(mx.concatenate([x, residual], axis=1), styles)
         return x

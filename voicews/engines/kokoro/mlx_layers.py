@@ -5,6 +5,7 @@ block. ``(time, channels)`` layout throughout, one utterance at a time."""
 from __future__ import annotations
 
 import math
+from functools import lru_cache
 
 import mlx.core as mx
 import numpy as np
@@ -14,13 +15,40 @@ from ..mlx_piper.layers import Conv, leaky_relu
 Weights = dict[str, mx.array]
 
 
-def same_conv(w: Weights, module: str, matmul: bool, *, dilation: int = 1) -> Conv:
-    """A stride-1 convolution with 'same' padding (every one of Kokoro's has an odd kernel)."""
-    weight = w[f"{module}.weight"]
+class SameConv(Conv):
+    """A stride-1 convolution with 'same' padding: where MLX's ``conv1d`` computes it (a GPU),
+    the padding is the convolution's own, not one more operation a call."""
+
+    def __call__(self, x: mx.array) -> mx.array:
+        if not self._native:
+            return super().__call__(x)
+        y = mx.conv1d(
+            x.reshape(1, *x.shape), self._weight, padding=self.pad_left, dilation=self.dilation
+        )
+        y = y.reshape(y.shape[1:])
+        return y if self._bias is None else y + self._bias
+
+
+def same_conv(
+    w: Weights,
+    module: str,
+    matmul: bool,
+    *,
+    dilation: int = 1,
+    input_scale: np.ndarray | None = None,
+    normed: bool = False,
+) -> Conv:
+    """A stride-1 convolution with 'same' padding (every one of Kokoro's has an odd kernel),
+    of its input times ``input_scale`` per channel where given (folded into the weights).
+    ``normed``: an instance norm follows, which subtracts any per-channel constant again, so
+    the bias is left out (an addition and its broadcast a call)."""
+    weight = w[f"{module}.weight"]  # (out, kernel, in)
+    if input_scale is not None:
+        weight = mx.array(np.asarray(weight) * input_scale.astype(np.float32))
     pad = dilation * (int(weight.shape[1]) - 1) // 2
-    return Conv(
+    return SameConv(
         weight,
-        w.get(f"{module}.bias"),
+        None if normed else w.get(f"{module}.bias"),
         dilation=dilation,
         pad_left=pad,
         pad_right=pad,
@@ -57,10 +85,24 @@ class StridedConv:
         return self._conv.valid(x.reshape(total // self.stride, self.stride * channels))[:out]
 
 
+@lru_cache(maxsize=64)
+def _averaging(length: int) -> mx.array:
+    """A ``(1, length)`` row of ``1 / length``: a mean over time as one matmul, where a
+    reduction is three operations (a sum, a scaling and its broadcast)."""
+    return mx.array(np.full((1, length), 1.0 / length, np.float32))
+
+
+@lru_cache(maxsize=16)
+def _epsilon(channels: int, eps: float) -> mx.array:
+    """``eps`` for each channel, added by the variance's own matmul (``addmm``)."""
+    return mx.array(np.full((1, channels), eps, np.float32))
+
+
 def instance_norm(x: mx.array, eps: float = 1e-5) -> mx.array:
-    mean = mx.mean(x, axis=0, keepdims=True)
-    centered = x - mean
-    return centered * mx.rsqrt(mx.mean(centered * centered, axis=0, keepdims=True) + eps)
+    average = _averaging(int(x.shape[0]))
+    centered = x - average @ x
+    variance = mx.addmm(_epsilon(int(x.shape[1]), eps), average, centered * centered)
+    return centered * mx.rsqrt(variance)
 
 
 def layer_norm(x: mx.array, weight: mx.array, bias: mx.array, eps: float) -> mx.array:
@@ -78,32 +120,97 @@ class Linear:
         return x @ self.weight_t if self.bias is None else mx.addmm(self.bias, x, self.weight_t)
 
 
+def _plus_one_gamma(w: Weights, module: str, times: np.ndarray | None = None) -> Linear:
+    """A style projection to ``(gamma, beta)`` whose ``gamma`` comes out as ``1 + gamma``:
+    the one added to every scale, folded into the bias once; both times ``times`` per channel
+    where given (a Snake's alpha, folded)."""
+    fc = Linear(w, f"{module}.fc")
+    assert fc.bias is not None
+    weight, bias = np.array(fc.weight_t), np.array(fc.bias)
+    bias[: len(bias) // 2] += 1.0
+    if times is not None:
+        weight, bias = weight * np.tile(times, 2), bias * np.tile(times, 2)
+    fc.weight_t, fc.bias = mx.array(weight), mx.array(bias)
+    return fc
+
+
+class StyleBank:
+    """Every style projection of one component (its AdaINs), as one matmul and one split: the
+    style vector is the same for all of them, so dozens of small matmuls, each with its split,
+    become one. Each norm registers its projection here and reads its own slot."""
+
+    def __init__(self) -> None:
+        self._parts: list[Linear] = []
+        self._weight: mx.array | None = None
+        self._bias = mx.array(0.0)
+        self._cuts: list[int] = []
+
+    def add(self, fc: Linear) -> int:
+        """The slot of ``fc``'s ``(scale, shift)`` in what a call returns."""
+        self._parts.append(fc)
+        return 2 * (len(self._parts) - 1)
+
+    def __call__(self, style: mx.array) -> list[mx.array]:
+        """``[scale_0, shift_0, scale_1, shift_1, ...]``, in the order they were added."""
+        if self._weight is None:  # every norm is registered by the first call
+            self._weight = mx.array(np.concatenate([p.weight_t for p in self._parts], axis=1))
+            biases = [p.bias for p in self._parts if p.bias is not None]
+            self._bias = mx.array(np.concatenate(biases))
+            halves = [int(p.weight_t.shape[1]) // 2 for p in self._parts for _ in range(2)]
+            self._cuts = np.cumsum(halves)[:-1].tolist()
+        return list(mx.split(mx.addmm(self._bias, style, self._weight), self._cuts))
+
+
 class AdaIN:
-    """Instance norm whose scale and shift come from the style vector."""
+    """Instance norm whose scale and shift come from the style vector (through a bank), the
+    result times ``times`` per channel where given (folded into the projection)."""
 
-    def __init__(self, w: Weights, module: str) -> None:
-        self.fc = Linear(w, f"{module}.fc")
+    def __init__(
+        self, w: Weights, module: str, bank: StyleBank, times: np.ndarray | None = None
+    ) -> None:
+        self.slot = bank.add(_plus_one_gamma(w, module, times))
 
-    def __call__(self, x: mx.array, style: mx.array) -> mx.array:
-        gamma, beta = mx.split(self.fc(style), 2)
-        return (1.0 + gamma) * instance_norm(x) + beta
+    def __call__(self, x: mx.array, styles: list[mx.array]) -> mx.array:
+        return styles[self.slot] * instance_norm(x) + styles[self.slot + 1]
 
 
 class AdaLayerNorm:
-    def __init__(self, w: Weights, module: str) -> None:
-        self.fc = Linear(w, f"{module}.fc")
+    def __init__(self, w: Weights, module: str, bank: StyleBank) -> None:
+        self.slot = bank.add(_plus_one_gamma(w, module))
 
-    def __call__(self, x: mx.array, style: mx.array) -> mx.array:
-        gamma, beta = mx.split(self.fc(style), 2)
-        return (1.0 + gamma) * mx.fast.layer_norm(x, None, None, 1e-5) + beta
+    def __call__(self, x: mx.array, styles: list[mx.array]) -> mx.array:
+        return mx.fast.layer_norm(x, styles[self.slot], styles[self.slot + 1], 1e-5)
+
+
+def _sigmoid_gates_first(w: mx.array) -> np.ndarray:
+    """PyTorch's gate order ``i f g o`` as ``i f o g``: the three sigmoid gates, then tanh's."""
+    i, f, g, o = np.split(np.asarray(w), 4, axis=0)
+    return np.concatenate([i, f, o, g], axis=0)
+
+
+def lstm_step(x: mx.array, h: mx.array, c: mx.array, w_h: mx.array) -> tuple[mx.array, mx.array]:
+    """One LSTM step of a stack of cells: ``x`` their input projections ``(n, 1, 4H)`` in the
+    order ``i f o g``, ``h`` and ``c`` their states ``(n, 1, H)``, ``w_h`` ``(n, H, 4H)``."""
+    sigmoid, g = mx.split(mx.addmm(x, h, w_h), [3 * h.shape[-1]], axis=-1)
+    i, f, o = mx.split(mx.sigmoid(sigmoid), 3, axis=-1)
+    c = f * c + i * mx.tanh(g)
+    return o * mx.tanh(c), c
+
+
+_compiled_step = mx.compile(lstm_step)
 
 
 class BiLSTM:
-    """PyTorch's bidirectional one-layer LSTM; both directions advance in one batched step."""
+    """PyTorch's bidirectional one-layer LSTM. The input projections of every step and both
+    directions are one matmul; the directions then advance together, one batched step (a
+    matmul, two activations, a few products) per time step: the loop is what costs."""
 
-    def __init__(self, w: Weights, module: str) -> None:
-        def both(name: str) -> tuple[mx.array, mx.array]:
-            return w[f"{module}.{name}_l0"], w[f"{module}.{name}_l0_reverse"]
+    def __init__(self, w: Weights, module: str, *, compiled: bool | None = None) -> None:
+        def both(name: str) -> tuple[np.ndarray, np.ndarray]:
+            return (
+                _sigmoid_gates_first(w[f"{module}.{name}_l0"]),
+                _sigmoid_gates_first(w[f"{module}.{name}_l0_reverse"]),
+            )
 
         w_ih, b_ih, b_hh, w_hh = (
             both("weight_ih"),
@@ -113,25 +220,25 @@ class BiLSTM:
         )
         self.hidden = int(w_hh[0].shape[1])
         # Input projections for both directions in one matmul: (in, 2 * 4H).
-        self.w_in = mx.concatenate([w_ih[0].T, w_ih[1].T], axis=1)
-        self.b_in = mx.concatenate([b_ih[0] + b_hh[0], b_ih[1] + b_hh[1]])
-        self.w_h = mx.stack([w_hh[0].T, w_hh[1].T])  # (2, H, 4H)
+        self.w_in = mx.array(np.concatenate([w_ih[0].T, w_ih[1].T], axis=1))
+        self.b_in = mx.array(np.concatenate([b_ih[0] + b_hh[0], b_ih[1] + b_hh[1]]))
+        self.w_h = mx.array(np.stack([w_hh[0].T, w_hh[1].T]))  # (2, H, 4H)
+        if compiled is None:  # fused on a GPU (one graph: every step has the same shapes)
+            compiled = mx.default_device() != mx.cpu
+        self.step = _compiled_step if compiled else lstm_step
 
     def __call__(self, x: mx.array) -> mx.array:
         length, hidden = x.shape[0], self.hidden
         projected = mx.addmm(self.b_in, x, self.w_in).reshape(length, 2, 4 * hidden)
-        h = mx.zeros((2, 1, hidden))
-        c = mx.zeros((2, 1, hidden))
-        forward, backward = [], []
+        # (2, T, 4H): direction d's input at its step t is steps[d, t] (backward reads T-1-t).
+        steps = mx.concatenate([projected[:, :1], projected[::-1, 1:]], axis=1).transpose(1, 0, 2)
+        h = c = mx.zeros((2, 1, hidden))
+        outputs = []
         for t in range(length):
-            step = mx.stack([projected[t, 0], projected[length - 1 - t, 1]])[:, None, :]
-            gates = step + h @ self.w_h
-            i, f, g, o = mx.split(gates, 4, axis=-1)
-            c = mx.sigmoid(f) * c + mx.sigmoid(i) * mx.tanh(g)
-            h = mx.sigmoid(o) * mx.tanh(c)
-            forward.append(h[0, 0])
-            backward.append(h[1, 0])
-        return mx.concatenate([mx.stack(forward), mx.stack(backward[::-1])], axis=1)
+            h, c = self.step(steps[:, t : t + 1], h, c, self.w_h)
+            outputs.append(h)
+        out = mx.concatenate(outputs, axis=1)  # (2, T, H)
+        return mx.concatenate([out[:1], out[1:, ::-1]], axis=2).reshape(length, 2 * hidden)
 
 
 class DepthwiseUpsample:
@@ -152,10 +259,11 @@ class AdainResBlock:
     """StyleTTS 2's ``AdainResBlk1d``: two AdaIN/LeakyReLU/conv stages beside a shortcut,
     optionally doubling the frame rate (nearest on the shortcut, a transposed conv inside)."""
 
-    def __init__(self, w: Weights, module: str, matmul: bool) -> None:
-        self.norm1, self.norm2 = AdaIN(w, f"{module}.norm1"), AdaIN(w, f"{module}.norm2")
+    def __init__(self, w: Weights, module: str, matmul: bool, bank: StyleBank) -> None:
+        self.norm1 = AdaIN(w, f"{module}.norm1", bank)
+        self.norm2 = AdaIN(w, f"{module}.norm2", bank)
         self.conv1, self.conv2 = (
-            same_conv(w, f"{module}.conv1", matmul),
+            same_conv(w, f"{module}.conv1", matmul, normed=True),  # norm2 follows
             same_conv(w, f"{module}.conv2", matmul),
         )
         self.shortcut = (
@@ -167,12 +275,12 @@ class AdainResBlock:
             else None
         )
 
-    def __call__(self, x: mx.array, style: mx.array) -> mx.array:
-        y = leaky_relu(self.norm1(x, style), 0.2)
+    def __call__(self, x: mx.array, styles: list[mx.array]) -> mx.array:
+        y = leaky_relu(self.norm1(x, styles), 0.2)
         if self.pool is not None:
             y = self.pool(y)
             x = mx.repeat(x, 2, axis=0)
-        y = self.conv2(leaky_relu(self.norm2(self.conv1(y), style), 0.2))
+        y = self.conv2(leaky_relu(self.norm2(self.conv1(y), styles), 0.2))
         if self.shortcut is not None:
             x = self.shortcut(x)
         return (y + x) * (1.0 / math.sqrt(2.0))

@@ -5,7 +5,15 @@ from __future__ import annotations
 
 import mlx.core as mx
 
-from .mlx_layers import AdainResBlock, AdaLayerNorm, BiLSTM, Linear, Weights, same_conv
+from .mlx_layers import (
+    AdainResBlock,
+    AdaLayerNorm,
+    BiLSTM,
+    Linear,
+    StyleBank,
+    Weights,
+    same_conv,
+)
 
 
 class Predictor:
@@ -15,12 +23,15 @@ class Predictor:
         self.bert_encoder = Linear(w, "bert_encoder")
         p = "predictor"
         self.lstms = [BiLSTM(w, f"{p}.text_encoder.lstms.{i}") for i in (0, 2, 4)]
-        self.norms = [AdaLayerNorm(w, f"{p}.text_encoder.lstms.{i}") for i in (1, 3, 5)]
+        self.duration_styles, self.prosody_styles = StyleBank(), StyleBank()
+        self.norms = [
+            AdaLayerNorm(w, f"{p}.text_encoder.lstms.{i}", self.duration_styles) for i in (1, 3, 5)
+        ]
         self.lstm = BiLSTM(w, f"{p}.lstm")
         self.duration_proj = Linear(w, f"{p}.duration_proj.linear_layer")
         self.shared = BiLSTM(w, f"{p}.shared")
-        self.f0 = [AdainResBlock(w, f"{p}.F0.{i}", matmul) for i in range(3)]
-        self.n = [AdainResBlock(w, f"{p}.N.{i}", matmul) for i in range(3)]
+        self.f0 = [AdainResBlock(w, f"{p}.F0.{i}", matmul, self.prosody_styles) for i in range(3)]
+        self.n = [AdainResBlock(w, f"{p}.N.{i}", matmul, self.prosody_styles) for i in range(3)]
         self.f0_proj = same_conv(w, f"{p}.F0_proj", matmul)
         self.n_proj = same_conv(w, f"{p}.N_proj", matmul)
 
@@ -28,8 +39,9 @@ class Predictor:
         """The duration encoder's output ``(T, 512 + 128)``: what frames are expanded from."""
         x = self.bert_encoder(bert)
         s = mx.broadcast_to(style, (x.shape[0], style.shape[0]))
+        styles = self.duration_styles(style)
         for lstm, norm in zip(self.lstms, self.norms, strict=True):
-            x = norm(lstm(mx.concatenate([x, s], axis=1)), style)
+            x = norm(lstm(mx.concatenate([x, s], axis=1)), styles)
         return mx.concatenate([x, s], axis=1)
 
     def durations(self, features: mx.array) -> mx.array:
@@ -39,9 +51,9 @@ class Predictor:
     def f0_n(self, frames: mx.array, style: mx.array) -> tuple[mx.array, mx.array]:
         """F0 (Hz) and energy, two values per frame, from the features expanded to frames."""
         x = self.shared(frames)
-        f0, n = x, x
+        f0, n, styles = x, x, self.prosody_styles(style)
         for block in self.f0:
-            f0 = block(f0, style)
+            f0 = block(f0, styles)
         for block in self.n:
-            n = block(n, style)
+            n = block(n, styles)
         return self.f0_proj(f0)[:, 0], self.n_proj(n)[:, 0]

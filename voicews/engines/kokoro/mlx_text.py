@@ -10,10 +10,13 @@ import mlx.core as mx
 from ..mlx_piper.layers import leaky_relu
 from .mlx_layers import BiLSTM, Linear, Weights, layer_norm, same_conv
 
+_GELU_C = math.sqrt(2.0 / math.pi)
+
 
 def gelu_tanh(x: mx.array) -> mx.array:
-    """ALBERT's ``gelu_new`` (ONNX Runtime's ``FastGelu``)."""
-    return 0.5 * x * (1.0 + mx.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x * x * x)))
+    """ALBERT's ``gelu_new`` (ONNX Runtime's ``FastGelu``): ``0.5 x (1 + tanh(u))`` with
+    ``u = c (x + 0.044715 x^3)``, computed as its equal ``x sigmoid(2u)`` (fewer operations)."""
+    return x * mx.sigmoid(x * (2.0 * _GELU_C + (2.0 * _GELU_C * 0.044715) * (x * x)))
 
 
 class Albert:
@@ -29,8 +32,18 @@ class Albert:
         self.emb_norm = (w[f"{p}.LayerNorm.weight"], w[f"{p}.LayerNorm.bias"])
         self.mapping = Linear(w, "bert.encoder.embedding_hidden_mapping_in")
         q = "bert.encoder.albert_layer_groups.0.albert_layers.0"
-        self.query, self.key, self.value = (
-            Linear(w, f"{q}.attention.{n}") for n in ("query", "key", "value")
+        # Query, key and value in one matmul, the attention's 1 / sqrt(head size) folded into
+        # the query's weights (a power of two for Kokoro's 64: exact).
+        head_dim = int(w[f"{q}.attention.query.weight"].shape[0]) // heads
+        scales = {"query": 1.0 / math.sqrt(head_dim), "key": 1.0, "value": 1.0}
+        self.qkv = Linear(
+            {
+                f"qkv.{part}": mx.concatenate(
+                    [w[f"{q}.attention.{n}.{part}"] * scale for n, scale in scales.items()]
+                )
+                for part in ("weight", "bias")
+            },
+            "qkv",
         )
         self.dense = Linear(w, f"{q}.attention.dense")
         self.attn_norm = (w[f"{q}.attention.LayerNorm.weight"], w[f"{q}.attention.LayerNorm.bias"])
@@ -48,13 +61,10 @@ class Albert:
     def layer(self, x: mx.array) -> mx.array:
         """One call of the shared layer (no mask: a batch of one has no padding)."""
         length, head_dim = x.shape[0], x.shape[1] // self.heads
-
-        def split(t: mx.array) -> mx.array:
-            return t.reshape(length, self.heads, head_dim).transpose(1, 0, 2)
-
-        q, k, v = split(self.query(x)), split(self.key(x)), split(self.value(x))
-        p = mx.softmax((q @ k.transpose(0, 2, 1)) * (1.0 / math.sqrt(head_dim)), axis=-1)
-        context = (p @ v).transpose(1, 0, 2).reshape(length, -1)
+        qkv = self.qkv(x).reshape(length, 3, self.heads, head_dim).transpose(1, 2, 0, 3)
+        q, k, v = mx.split(qkv, 3)  # (1, heads, T, head_dim) each
+        p = mx.softmax(q @ k.swapaxes(-1, -2), axis=-1)
+        context = (p @ v).transpose(2, 0, 1, 3).reshape(length, -1)
         x = layer_norm(x + self.dense(context), *self.attn_norm, 1e-12)
         return layer_norm(x + self.ffn_output(gelu_tanh(self.ffn(x))), *self.out_norm, 1e-12)
 
