@@ -43,6 +43,8 @@ from voicews.engines.kokoro.mlx_layers import (  # noqa: E402
     Linear,
     StridedConv,
     StyleBank,
+    Weights,
+    run_bilstms,
     same_conv,
 )
 from voicews.engines.kokoro.mlx_model import Kokoro  # noqa: E402
@@ -259,6 +261,29 @@ def test_the_bilstm_is_pytorchs(compiled: bool) -> None:
     np.testing.assert_allclose(got, expected, atol=2e-6)
 
 
+@pytest.mark.parametrize("compiled", [False, True])
+def test_bilstms_run_together_as_each_alone(compiled: bool) -> None:
+    """Two independent BiLSTMs (different inputs and weights, one length) stepped as one
+    batch: each LSTM's output as it runs alone."""
+    rng = np.random.default_rng(1)
+    hidden, length = 8, 5
+
+    def weights(inputs: int) -> Weights:
+        shapes = {"weight_ih": (4 * hidden, inputs), "weight_hh": (4 * hidden, hidden)}
+        shapes |= {"bias_ih": (4 * hidden,), "bias_hh": (4 * hidden,)}
+        return {
+            f"m.{name}_l0{suffix}": mx.array(rng.normal(0.0, 0.5, shape).astype(np.float32))
+            for name, shape in shapes.items()
+            for suffix in ("", "_reverse")
+        }
+
+    lstms = [BiLSTM(weights(n), "m", compiled=compiled) for n in (6, 3)]
+    xs = [mx.array(rng.normal(0.0, 1.0, (length, n)).astype(np.float32)) for n in (6, 3)]
+    together = run_bilstms(lstms, xs)
+    for lstm, x, got in zip(lstms, xs, together, strict=True):
+        np.testing.assert_allclose(np.array(got), np.array(lstm(x)), atol=1e-6)
+
+
 def test_adain_and_adalayernorm_are_the_formulas() -> None:
     """The one folded into gamma's bias, the mean over time as a matmul, projections through a
     bank: StyleTTS 2's AdaIN and AdaLayerNorm to float32's rounding."""
@@ -438,6 +463,25 @@ def test_prosody_and_text_encoder_match(
     assert rel(f0, graph[F0][0]) < 0.02 and rel(n, graph[N][0]) < 0.02
     encoded = model.text_encoder(mx.array(tokens, dtype=mx.int32))
     assert rel(encoded, graph[TEXT_ENCODER][0].T) < 0.02  # two LSTM directions, gate order
+
+
+def test_the_text_encoders_lstm_runs_with_the_duration_encoders(
+    model: Kokoro, utterance: tuple[list[int], Array]
+) -> None:
+    """Batched with the duration encoder's first LSTM (as ``prosody`` runs it): the features
+    and the text encoder's output as each computes them alone."""
+    tokens, row = utterance
+    ids, s = mx.array(tokens, dtype=mx.int32), mx.array(row[0, 128:])
+    bert = model.bert(ids)
+    encoder = model.text_encoder
+    features, encoded = model.predictor.features_alongside(
+        bert, s, (encoder.lstm, encoder.lstm_input(ids))
+    )
+    assert encoded is not None
+    np.testing.assert_allclose(
+        np.array(features), np.array(model.predictor.features(bert, s)), atol=1e-5
+    )
+    np.testing.assert_allclose(np.array(encoded), np.array(encoder(ids)), atol=1e-5)
 
 
 def test_harmonic_source_and_its_spectrum_match(model: Kokoro, graph: dict[str, Array]) -> None:

@@ -227,18 +227,48 @@ class BiLSTM:
             compiled = mx.default_device() != mx.cpu
         self.step = _compiled_step if compiled else lstm_step
 
-    def __call__(self, x: mx.array) -> mx.array:
-        length, hidden = x.shape[0], self.hidden
-        projected = mx.addmm(self.b_in, x, self.w_in).reshape(length, 2, 4 * hidden)
-        # (2, T, 4H): direction d's input at its step t is steps[d, t] (backward reads T-1-t).
-        steps = mx.concatenate([projected[:, :1], projected[::-1, 1:]], axis=1).transpose(1, 0, 2)
-        h = c = mx.zeros((2, 1, hidden))
-        outputs = []
-        for t in range(length):
-            h, c = self.step(steps[:, t : t + 1], h, c, self.w_h)
-            outputs.append(h)
-        out = mx.concatenate(outputs, axis=1)  # (2, T, H)
+    def steps(self, x: mx.array) -> mx.array:
+        """``(2, T, 4H)``: direction d's input at its step t is ``steps[d, t]`` (the backward
+        one reads T-1-t)."""
+        length = x.shape[0]
+        projected = mx.addmm(self.b_in, x, self.w_in).reshape(length, 2, 4 * self.hidden)
+        return mx.concatenate([projected[:, :1], projected[::-1, 1:]], axis=1).transpose(1, 0, 2)
+
+    @staticmethod
+    def output(out: mx.array) -> mx.array:
+        """``(2, T, H)`` states per direction and step -> ``(T, 2H)`` in time order."""
+        length, hidden = out.shape[1], out.shape[2]
         return mx.concatenate([out[:1], out[1:, ::-1]], axis=2).reshape(length, 2 * hidden)
+
+    def __call__(self, x: mx.array) -> mx.array:
+        return run_bilstms([self], [x])[0]
+
+
+@lru_cache(maxsize=8)
+def _stacked_recurrence(lstms: tuple[BiLSTM, ...]) -> mx.array:
+    return mx.concatenate([lstm.w_h for lstm in lstms]) if len(lstms) > 1 else lstms[0].w_h
+
+
+def run_bilstms(lstms: list[BiLSTM], inputs: list[mx.array]) -> list[mx.array]:
+    """Independent BiLSTMs (the same hidden size) over inputs of the same length, advanced
+    together: one batched step of all their directions per time step, not one per LSTM. Each
+    step's input is one output of a single split (not a slice a step)."""
+    length, hidden = inputs[0].shape[0], lstms[0].hidden
+    assert all(x.shape[0] == length for x in inputs)
+    assert all(lstm.hidden == hidden for lstm in lstms)
+    parts = [lstm.steps(x) for lstm, x in zip(lstms, inputs, strict=True)]
+    steps = mx.concatenate(parts) if len(parts) > 1 else parts[0]  # (2n, T, 4H)
+    w_h = _stacked_recurrence(tuple(lstms))
+    step = lstms[0].step
+    h = c = mx.zeros((2 * len(lstms), 1, hidden))
+    outputs = []
+    for x in mx.split(steps, length, axis=1) if length > 1 else [steps]:
+        h, c = step(x, h, c, w_h)
+        outputs.append(h)
+    out = mx.concatenate(outputs, axis=1) if length > 1 else outputs[0]  # (2n, T, H)
+    if len(lstms) == 1:
+        return [BiLSTM.output(out)]
+    return [BiLSTM.output(o) for o in mx.split(out, len(lstms))]
 
 
 class DepthwiseUpsample:

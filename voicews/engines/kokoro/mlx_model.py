@@ -59,14 +59,20 @@ class Kokoro:
         leading pad is aligned whole and cropped to ``lead_frames`` for the decoder, as the
         ONNX engine crops it (:mod:`.timing`)."""
         ids = mx.array(tokens, dtype=mx.int32)
-        features = self.predictor.features(self.bert(ids), style[128:])
+        # The text encoder's BiLSTM runs with the duration encoder's first (the same length).
+        features, encoded = self.predictor.features_alongside(
+            self.bert(ids),
+            style[128:],
+            (self.text_encoder.lstm, self.text_encoder.lstm_input(ids)),
+        )
+        assert encoded is not None
         durations = np.array(self.predictor.durations(features) / speed)
         frames = np.maximum(np.round(durations), 1).astype(np.int64)
         index = mx.array(np.repeat(np.arange(len(tokens)), frames).astype(np.int32))
         f0, n = self.predictor.f0_n(features[index], style[128:])
         drop = 0 if lead_frames is None else max(0, int(frames[0]) - lead_frames)
         frames[0] -= drop
-        asr = self.text_encoder(ids)[index]
+        asr = encoded[index]
         return Prosody(durations=frames, asr=asr[drop:], f0=f0[2 * drop :], n=n[2 * drop :])
 
     def decode(self, prosody: Prosody, style: mx.array) -> mx.array:

@@ -12,6 +12,7 @@ from .mlx_layers import (
     Linear,
     StyleBank,
     Weights,
+    run_bilstms,
     same_conv,
 )
 
@@ -37,12 +38,26 @@ class Predictor:
 
     def features(self, bert: mx.array, style: mx.array) -> mx.array:
         """The duration encoder's output ``(T, 512 + 128)``: what frames are expanded from."""
+        return self.features_alongside(bert, style)[0]
+
+    def features_alongside(
+        self, bert: mx.array, style: mx.array, other: tuple[BiLSTM, mx.array] | None = None
+    ) -> tuple[mx.array, mx.array | None]:
+        """``features``, and ``other``'s BiLSTM over its input (of the same length, as the
+        text encoder's is) where given: it runs with the first LSTM here, which does not
+        depend on it, one batched step for both (half the LSTM steps)."""
         x = self.bert_encoder(bert)
         s = mx.broadcast_to(style, (x.shape[0], style.shape[0]))
         styles = self.duration_styles(style)
-        for lstm, norm in zip(self.lstms, self.norms, strict=True):
-            x = norm(lstm(mx.concatenate([x, s], axis=1)), styles)
-        return mx.concatenate([x, s], axis=1)
+        together = None
+        for i, (lstm, norm) in enumerate(zip(self.lstms, self.norms, strict=True)):
+            x = mx.concatenate([x, s], axis=1)
+            if i == 0 and other is not None:
+                x, together = run_bilstms([lstm, other[0]], [x, other[1]])
+            else:
+                x = lstm(x)
+            x = norm(x, styles)
+        return mx.concatenate([x, s], axis=1), together
 
     def durations(self, features: mx.array) -> mx.array:
         """Frames per phoneme before rounding (at speed 1)."""
