@@ -38,6 +38,7 @@ from voicews.engines.kokoro.mlx_decoder import AdaINResBlock1  # noqa: E402
 from voicews.engines.kokoro.mlx_engine import MlxKokoroEngine  # noqa: E402
 from voicews.engines.kokoro.mlx_layers import (  # noqa: E402
     AdaIN,
+    AdainResBlock,
     AdaLayerNorm,
     BiLSTM,
     Linear,
@@ -305,6 +306,43 @@ def test_adain_and_adalayernorm_are_the_formulas() -> None:
     across = (x - x.mean(axis=1, keepdims=True)) / np.sqrt(x.var(axis=1, keepdims=True) + 1e-5)
     got = np.array(layer(mx.array(x), styles))
     np.testing.assert_allclose(got, (1.0 + gamma) * across + beta, atol=2e-5)
+
+
+@pytest.mark.parametrize("matmul", [False, True])
+@pytest.mark.parametrize("upsampling", [False, True])
+def test_side_by_side_residual_blocks_are_each_alone(matmul: bool, upsampling: bool) -> None:
+    """Two AdainResBlocks of one shape as one block over their channels side by side (the
+    F0 and energy branches): each block's output, on its own channels."""
+    rng = np.random.default_rng(5)
+    c_in, c_out, styles_in, length = 6, 4, 3, 11
+    shapes: dict[str, tuple[int, ...]] = {
+        "norm1.fc.weight": (2 * c_in, styles_in),
+        "norm1.fc.bias": (2 * c_in,),
+        "norm2.fc.weight": (2 * c_out, styles_in),
+        "norm2.fc.bias": (2 * c_out,),
+        "conv1.weight": (c_out, 3, c_in),
+        "conv1.bias": (c_out,),
+        "conv2.weight": (c_out, 3, c_out),
+        "conv2.bias": (c_out,),
+        "conv1x1.weight": (c_out, 1, c_in),
+    }
+    if upsampling:
+        shapes |= {"pool.weight": (c_in, 3, 1), "pool.bias": (c_in,)}  # (C, K, 1) as loaded
+    w = {
+        f"{m}.{k}": mx.array(rng.normal(0.0, 0.5, shape).astype(np.float32))
+        for m in ("a", "b")
+        for k, shape in shapes.items()
+    }
+    style = mx.array(rng.normal(0.0, 1.0, (styles_in,)).astype(np.float32))
+    xs = [mx.array(rng.normal(0.0, 1.0, (length, c_in)).astype(np.float32)) for _ in "ab"]
+    banks = [StyleBank() for _ in range(3)]
+    alone = [AdainResBlock(w, m, matmul, bank) for m, bank in zip("ab", banks[:2], strict=True)]
+    together = AdainResBlock(w, ["a", "b"], matmul, banks[2])
+    expected = [
+        np.array(block(x, bank(style))) for block, x, bank in zip(alone, xs, banks[:2], strict=True)
+    ]
+    got = np.array(together(mx.concatenate(xs, axis=1), banks[2](style)))
+    np.testing.assert_allclose(got, np.concatenate(expected, axis=1), atol=2e-5)
 
 
 @pytest.mark.parametrize("matmul", [False, True])

@@ -19,11 +19,18 @@ class SameConv(Conv):
     """A stride-1 convolution with 'same' padding: where MLX's ``conv1d`` computes it (a GPU),
     the padding is the convolution's own, not one more operation a call."""
 
+    groups = 1
+    """MLX's grouped convolution where it runs natively (``grouped_same_conv``)."""
+
     def __call__(self, x: mx.array) -> mx.array:
         if not self._native:
             return super().__call__(x)
         y = mx.conv1d(
-            x.reshape(1, *x.shape), self._weight, padding=self.pad_left, dilation=self.dilation
+            x.reshape(1, *x.shape),
+            self._weight,
+            padding=self.pad_left,
+            dilation=self.dilation,
+            groups=self.groups,
         )
         y = y.reshape(y.shape[1:])
         return y if self._bias is None else y + self._bias
@@ -54,6 +61,36 @@ def same_conv(
         pad_right=pad,
         matmul=matmul,
     )
+
+
+def grouped_same_conv(
+    w: Weights, modules: list[str], matmul: bool, *, normed: bool = False
+) -> Conv:
+    """Convolutions of the same shape over consecutive channel groups of one input, as one
+    convolution: MLX's grouped ``conv1d`` natively, else one block-diagonal weight (which
+    computes the zero blocks too: the matmul per tap has no groups)."""
+    if len(modules) == 1:
+        return same_conv(w, modules[0], matmul, normed=normed)
+    weights = [np.asarray(w[f"{m}.weight"]) for m in modules]  # (O, K, I) each
+    out_channels, kernel, in_channels = weights[0].shape
+    biases = [w.get(f"{m}.bias") for m in modules]
+    bias = (
+        None
+        if normed or any(b is None for b in biases)
+        else mx.array(np.concatenate([np.asarray(b) for b in biases]))
+    )
+    pad, groups = (kernel - 1) // 2, len(modules)
+    if matmul or kernel == 1:
+        full = np.zeros((groups * out_channels, kernel, groups * in_channels), np.float32)
+        for i, weight in enumerate(weights):
+            rows, columns = slice(i * out_channels, (i + 1) * out_channels), i * in_channels
+            full[rows, :, columns : columns + in_channels] = weight
+        return SameConv(mx.array(full), bias, pad_left=pad, pad_right=pad, matmul=matmul)
+    conv = SameConv(
+        mx.array(np.concatenate(weights)), bias, pad_left=pad, pad_right=pad, matmul=False
+    )
+    conv.groups = groups
+    return conv
 
 
 class StridedConv:
@@ -174,6 +211,20 @@ class AdaIN:
         return styles[self.slot] * instance_norm(x) + styles[self.slot + 1]
 
 
+class GroupedAdaIN(AdaIN):
+    """AdaINs over consecutive channel groups of one input, their projections as one (scales
+    of every group, then shifts): an instance norm is per channel, so one serves them all."""
+
+    def __init__(self, w: Weights, modules: list[str], bank: StyleBank) -> None:
+        fcs = [_plus_one_gamma(w, m) for m in modules]
+        weights = [np.split(np.asarray(fc.weight_t), 2, axis=1) for fc in fcs]
+        biases = [np.split(np.asarray(fc.bias), 2) for fc in fcs]
+        weight_t = np.concatenate([h[0] for h in weights] + [h[1] for h in weights], axis=1)
+        bias = np.concatenate([b[0] for b in biases] + [b[1] for b in biases])
+        fc = Linear({"g.weight": mx.array(weight_t.T), "g.bias": mx.array(bias)}, "g")
+        self.slot = bank.add(fc)
+
+
 class AdaLayerNorm:
     def __init__(self, w: Weights, module: str, bank: StyleBank) -> None:
         self.slot = bank.add(_plus_one_gamma(w, module))
@@ -246,7 +297,9 @@ class BiLSTM:
 
 @lru_cache(maxsize=8)
 def _stacked_recurrence(lstms: tuple[BiLSTM, ...]) -> mx.array:
-    return mx.concatenate([lstm.w_h for lstm in lstms]) if len(lstms) > 1 else lstms[0].w_h
+    if len(lstms) == 1:
+        return lstms[0].w_h
+    return mx.array(np.concatenate([np.asarray(lstm.w_h) for lstm in lstms]))
 
 
 def run_bilstms(lstms: list[BiLSTM], inputs: list[mx.array]) -> list[mx.array]:
@@ -287,21 +340,35 @@ class DepthwiseUpsample:
 
 class AdainResBlock:
     """StyleTTS 2's ``AdainResBlk1d``: two AdaIN/LeakyReLU/conv stages beside a shortcut,
-    optionally doubling the frame rate (nearest on the shortcut, a transposed conv inside)."""
+    optionally doubling the frame rate (nearest on the shortcut, a transposed conv inside).
 
-    def __init__(self, w: Weights, module: str, matmul: bool, bank: StyleBank) -> None:
-        self.norm1 = AdaIN(w, f"{module}.norm1", bank)
-        self.norm2 = AdaIN(w, f"{module}.norm2", bank)
+    ``module`` a list: blocks of the same shape side by side, each on its own consecutive
+    channels of the input and output (as one block: the prosody's F0 and energy branches)."""
+
+    def __init__(self, w: Weights, module: str | list[str], matmul: bool, bank: StyleBank) -> None:
+        modules = [module] if isinstance(module, str) else module
+        first = modules[0]
+        if len(modules) == 1:
+            self.norm1: AdaIN = AdaIN(w, f"{first}.norm1", bank)
+            self.norm2: AdaIN = AdaIN(w, f"{first}.norm2", bank)
+        else:
+            self.norm1 = GroupedAdaIN(w, [f"{m}.norm1" for m in modules], bank)
+            self.norm2 = GroupedAdaIN(w, [f"{m}.norm2" for m in modules], bank)
         self.conv1, self.conv2 = (
-            same_conv(w, f"{module}.conv1", matmul, normed=True),  # norm2 follows
-            same_conv(w, f"{module}.conv2", matmul),
+            grouped_same_conv(w, [f"{m}.conv1" for m in modules], matmul, normed=True),
+            grouped_same_conv(w, [f"{m}.conv2" for m in modules], matmul),
         )
         self.shortcut = (
-            same_conv(w, f"{module}.conv1x1", matmul) if f"{module}.conv1x1.weight" in w else None
+            grouped_same_conv(w, [f"{m}.conv1x1" for m in modules], matmul)
+            if f"{first}.conv1x1.weight" in w
+            else None
         )
         self.pool = (
-            DepthwiseUpsample(w[f"{module}.pool.weight"], w[f"{module}.pool.bias"])
-            if f"{module}.pool.weight" in w
+            DepthwiseUpsample(
+                mx.array(np.concatenate([np.asarray(w[f"{m}.pool.weight"]) for m in modules])),
+                mx.array(np.concatenate([np.asarray(w[f"{m}.pool.bias"]) for m in modules])),
+            )
+            if f"{first}.pool.weight" in w
             else None
         )
 

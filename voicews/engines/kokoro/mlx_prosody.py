@@ -12,8 +12,8 @@ from .mlx_layers import (
     Linear,
     StyleBank,
     Weights,
+    grouped_same_conv,
     run_bilstms,
-    same_conv,
 )
 
 
@@ -31,10 +31,13 @@ class Predictor:
         self.lstm = BiLSTM(w, f"{p}.lstm")
         self.duration_proj = Linear(w, f"{p}.duration_proj.linear_layer")
         self.shared = BiLSTM(w, f"{p}.shared")
-        self.f0 = [AdainResBlock(w, f"{p}.F0.{i}", matmul, self.prosody_styles) for i in range(3)]
-        self.n = [AdainResBlock(w, f"{p}.N.{i}", matmul, self.prosody_styles) for i in range(3)]
-        self.f0_proj = same_conv(w, f"{p}.F0_proj", matmul)
-        self.n_proj = same_conv(w, f"{p}.N_proj", matmul)
+        # F0's and energy's branches (the same blocks on the same input) as one: each block
+        # on the channels of both, F0's first (grouped convolutions, one instance norm).
+        self.f0_n_blocks = [
+            AdainResBlock(w, [f"{p}.F0.{i}", f"{p}.N.{i}"], matmul, self.prosody_styles)
+            for i in range(3)
+        ]
+        self.f0_n_proj = grouped_same_conv(w, [f"{p}.F0_proj", f"{p}.N_proj"], matmul)
 
     def features(self, bert: mx.array, style: mx.array) -> mx.array:
         """The duration encoder's output ``(T, 512 + 128)``: what frames are expanded from."""
@@ -66,9 +69,8 @@ class Predictor:
     def f0_n(self, frames: mx.array, style: mx.array) -> tuple[mx.array, mx.array]:
         """F0 (Hz) and energy, two values per frame, from the features expanded to frames."""
         x = self.shared(frames)
-        f0, n, styles = x, x, self.prosody_styles(style)
-        for block in self.f0:
-            f0 = block(f0, styles)
-        for block in self.n:
-            n = block(n, styles)
-        return self.f0_proj(f0)[:, 0], self.n_proj(n)[:, 0]
+        x, styles = mx.concatenate([x, x], axis=1), self.prosody_styles(style)
+        for block in self.f0_n_blocks:
+            x = block(x, styles)
+        f0_n = self.f0_n_proj(x)  # (2 * frames, 2)
+        return f0_n[:, 0], f0_n[:, 1]
