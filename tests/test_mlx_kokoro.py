@@ -47,6 +47,7 @@ from voicews.engines.kokoro.mlx_layers import (  # noqa: E402
     Weights,
     run_bilstms,
     same_conv,
+    split_each,
 )
 from voicews.engines.kokoro.mlx_model import Kokoro  # noqa: E402
 from voicews.engines.kokoro.mlx_weights import (  # noqa: E402
@@ -260,6 +261,14 @@ def test_the_bilstm_is_pytorchs(compiled: bool) -> None:
     lstm = BiLSTM({f"m.{k}": mx.array(v) for k, v in w.items()}, "m", compiled=compiled)
     got = np.array(lstm(mx.array(x)))
     np.testing.assert_allclose(got, expected, atol=2e-6)
+
+
+@pytest.mark.parametrize("length", [1, 7, 10, 11, 37, 250])
+def test_split_each_gives_every_position_in_order(length: int) -> None:
+    x = mx.arange(3 * length).reshape(3, length)
+    parts = split_each(x, 1)
+    assert len(parts) == length and all(p.shape == (3, 1) for p in parts)
+    np.testing.assert_array_equal(np.concatenate([np.array(p) for p in parts], 1), np.array(x))
 
 
 @pytest.mark.parametrize("compiled", [False, True])
