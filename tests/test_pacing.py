@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from voicews.core.cost import DEFAULT_PRIOR, Cost
-from voicews.core.pacing import FIRST_AUDIO, HORIZON, LEAD_CHARS, Load, Pacing
+from voicews.core.pacing import BUSY_JOB, FIRST_AUDIO, HORIZON, LEAD_CHARS, Load, Pacing
 from voicews.text.segmenter import Fit, Urgency
 
 COST = Cost(fixed=0.1, per_char=0.005)
@@ -170,3 +170,14 @@ def test_calm_while_nothing_waits_for_the_worker() -> None:
     assert not pacing.calm
     pacing.engine(Load(cost=COST, wait=0.2))  # segments waited lately
     assert not pacing.calm
+
+
+def test_a_busy_worker_caps_later_segments_at_what_it_computes_within_a_busy_job() -> None:
+    piper = Cost(fixed=0.05, per_char=0.004)
+    pacing = paced(cost=piper)
+    assert pacing.busy_cap is None  # calm: segments as long as the text allows
+    pacing.engine(Load(cost=piper, wait=0.2))
+    assert pacing.busy_cap == piper.chars_within(BUSY_JOB) == 37
+    slow = Cost(fixed=0.14, per_char=0.011)  # Kokoro's: a cap of a few characters is no phrase
+    pacing.engine(Load(cost=slow, wait=0.2))
+    assert pacing.busy_cap is None

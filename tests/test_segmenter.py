@@ -155,6 +155,30 @@ def test_a_fitted_cut_is_the_first_sentence_if_it_fits_else_the_longest_clause_t
     assert got is not None and (got.text, got.boundary) == ("It is sunny,", Boundary.CLAUSE)
 
 
+def test_a_busy_cap_cuts_a_long_sentence_at_a_phrase_within_it() -> None:
+    """A segment is synthesized whole before its first audio: while others wait for the
+    worker, a sentence's rest of 100 characters holds a lane too long, so it is said a clause
+    at a time; with no phrase of three words within the cap, the sentence stays whole."""
+    text = "Bring proof of address, such as a utility bill, and your account number. Then"
+    seg = Segmenter()
+    seg.feed(text)
+    assert seg.next_segment(Urgency.RELAXED, busy_cap=48) is None  # waits for urgency
+    got = seg.next_segment(Urgency.URGENT, busy_cap=48)
+    assert got is not None and got.text == "Bring proof of address, such as a utility bill,"
+    seg = Segmenter()
+    seg.feed(text)
+    got = seg.next_segment(Urgency.URGENT, fit=Fit(most=200, least=5), busy_cap=48)
+    assert got is not None and got.text == "Bring proof of address, such as a utility bill,"
+    seg = Segmenter()
+    seg.feed(text)
+    got = seg.next_segment(Urgency.RELAXED)
+    assert got is not None and got.text.endswith("account number.")
+    seg = Segmenter()
+    seg.feed("Seventeen purple elephants quietly danced. Then")
+    got = seg.next_segment(Urgency.RELAXED, busy_cap=20)
+    assert got is not None and got.text == "Seventeen purple elephants quietly danced."
+
+
 def test_spoken_length_counts_digits_and_signs_as_the_words_they_are_read_as() -> None:
     assert spoken_length("Good question.") == 14
     assert spoken_length("#48213") == 6 + 6 * SPOKEN_EXTRA

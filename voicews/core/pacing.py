@@ -40,6 +40,14 @@ CALM_WAIT = 0.05
 SLOW = Rates(written=20.0, spoken=20.0)
 """Five tokens a second of four characters: the slowest text a first segment asked for before
 the rate is known is held for (``holds_lead``); with less in hand than its lead."""
+BUSY_JOB = 0.2
+"""Seconds of compute a later segment should take at most while segments wait for the worker
+(``busy_cap``): Piper's 40-47 characters as fitted in a burst of 16, a clause or two. A burst
+of 16 at 20 tokens a second, 6 bursts a run, two runs: conversations stalled over 100 ms 23
+and 13 of 96 against 30 and 25 uncapped, the longest stall 328 and 172 against 325 and 210 ms
+(``python -m bench continuity --burst 16``)."""
+BUSY_LEAST = 24
+"""Spoken characters under which a busy cap is no phrase (four words or so): none then."""
 HORIZON = 6.0
 """Seconds of speech ahead over which text arriving slower than it is spoken is made up by
 starting later (a reply's rest is not known; this is a typical one)."""
@@ -163,6 +171,16 @@ class Pacing:
         would not: compute spent on how a segment ends (``SynthesisOptions.then``) takes
         nothing from a listener about to run dry."""
         return max(self._wait, self._late, self._backlog) < CALM_WAIT
+
+    @property
+    def busy_cap(self) -> int | None:
+        """While segments wait for the worker (not ``calm``), the longest a later segment
+        should be, spoken: what the engine computes within ``BUSY_JOB`` seconds. None when
+        calm, or where that is not a phrase (an engine whose every call costs more)."""
+        if self.calm:
+            return None
+        chars = self._cost.chars_within(BUSY_JOB)
+        return chars if chars >= BUSY_LEAST else None
 
     @property
     def idle(self) -> bool:

@@ -228,7 +228,7 @@ class TurnPipeline:
             hold = urgency is Urgency.FIRST and turn.state is not TurnState.CLOSED
             if hold and pacing.holds_start(turn.segmenter.next_spoken):
                 return  # text comes slowly: wait for enough in hand to go on from
-            segment = turn.segmenter.next_segment(urgency, first_chars, fit)
+            segment = turn.segmenter.next_segment(urgency, first_chars, fit, pacing.busy_cap)
             if segment is not None:
                 # Computed now, heard once the text rate is known (a token or so later).
                 lead = hold and not pacing.rate_known and self._holds_lead(segment)
