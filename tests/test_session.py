@@ -838,3 +838,25 @@ def test_a_turn_whose_cut_times_passed_without_a_cut_looks_again() -> None:
     assert wake is not None and wake <= 0.1 + RECHECK + 1e-9
     s.tick(wake)
     assert one(s).text.startswith("And then")
+
+
+def test_a_busy_worker_has_a_long_sentence_said_a_clause_at_a_time() -> None:
+    """While segments wait for the worker, a later segment holds what the engine computes
+    within ``BUSY_JOB`` (here 37 characters): synthesized whole before its first audio, a
+    sentence's rest would hold a lane, and the listeners due behind it would wait. Calm, the
+    sentence goes whole."""
+    engine = Cost(0.05, 0.004)
+    text = "Sure, bring proof of address, such as a utility bill, and your account number. "
+    for wait, expected in ((0.0, text[6:].strip()), (0.2, "bring proof of address,")):
+        s = make(stall_guard_ms=150, idle_flush_ms=10_000)
+        s.load(Load(wait, engine))
+        apply(s, TurnReset(turn_id="t1"), 0.0)
+        apply(s, TextDelta(text=text), 0.0)
+        synthesize(s, one(s), 3.0, 0.1)
+        drain(s, 0.1)
+        if wait:
+            assert s.take_submissions() == []  # no phrase within the cap is urgent yet
+            wake = s.wakeup_at(0.1)
+            assert wake is not None
+            s.tick(wake)
+        assert one(s).text == expected
