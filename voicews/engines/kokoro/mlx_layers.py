@@ -367,11 +367,22 @@ class AdainResBlock:
     optionally doubling the frame rate (nearest on the shortcut, a transposed conv inside).
 
     ``module`` a list: blocks of the same shape side by side, each on its own consecutive
-    channels of the input and output (as one block: the prosody's F0 and energy branches)."""
+    channels of the input and output (as one block: the prosody's F0 and energy branches).
+    With a shortcut convolution the sum's ``1 / sqrt(2)`` is folded into both convolutions'
+    weights (a product and its broadcast a call less)."""
 
     def __init__(self, w: Weights, module: str | list[str], matmul: bool, bank: StyleBank) -> None:
         modules = [module] if isinstance(module, str) else module
         first = modules[0]
+        self.scale = None if f"{first}.conv1x1.weight" in w else 1.0 / math.sqrt(2.0)
+        if self.scale is None:
+            w = w | {
+                f"{m}.{conv}.{p}": w[f"{m}.{conv}.{p}"] * (1.0 / math.sqrt(2.0))
+                for m in modules
+                for conv in ("conv2", "conv1x1")
+                for p in ("weight", "bias")
+                if f"{m}.{conv}.{p}" in w
+            }
         if len(modules) == 1:
             self.norm1: AdaIN = AdaIN(w, f"{first}.norm1", bank)
             self.norm2: AdaIN = AdaIN(w, f"{first}.norm2", bank)
@@ -404,4 +415,4 @@ class AdainResBlock:
         y = self.conv2(leaky_relu(self.norm2(self.conv1(y), styles), 0.2))
         if self.shortcut is not None:
             x = self.shortcut(x)
-        return (y + x) * (1.0 / math.sqrt(2.0))
+        return y + x if self.scale is None else (y + x) * self.scale
