@@ -47,6 +47,7 @@ from voicews.engines.kokoro.mlx_layers import (  # noqa: E402
     Weights,
     run_bilstms,
     same_conv,
+    split_at,
     split_each,
 )
 from voicews.engines.kokoro.mlx_model import Kokoro  # noqa: E402
@@ -271,6 +272,19 @@ def test_split_each_gives_every_position_in_order(length: int) -> None:
     np.testing.assert_array_equal(np.concatenate([np.array(p) for p in parts], 1), np.array(x))
 
 
+@pytest.mark.parametrize("parts", [3, 10, 11, 68, 116])
+def test_split_at_cuts_where_asked(parts: int) -> None:
+    """Uneven cuts (a style bank's projections), more than one split's 10 parts: a tree."""
+    rng = np.random.default_rng(6)
+    cuts = np.cumsum(rng.integers(1, 5, parts))
+    x = mx.arange(int(cuts[-1]))
+    got = split_at(x, cuts[:-1].tolist(), 0)
+    expected = np.split(np.array(x), cuts[:-1])
+    assert len(got) == parts
+    for a, b in zip(got, expected, strict=True):
+        np.testing.assert_array_equal(np.array(a), b)
+
+
 @pytest.mark.parametrize("compiled", [False, True])
 def test_bilstms_run_together_as_each_alone(compiled: bool) -> None:
     """Two independent BiLSTMs (different inputs and weights, one length) stepped as one
@@ -399,6 +413,68 @@ def test_the_generators_block_is_styletts2s(matmul: bool) -> None:
     block = AdaINResBlock1(weights, "b", (1, 3, 5), matmul, bank)
     got = np.array(block(mx.array(x.astype(np.float32)), bank(mx.array(style.astype(np.float32)))))
     assert rel(got, expected) < 1e-5
+
+
+@pytest.mark.parametrize("matmul", [False, True])
+@pytest.mark.parametrize("biased", [False, True])
+def test_the_generators_three_blocks_run_as_one(matmul: bool, biased: bool) -> None:
+    """Three generator blocks on one input (kernels 3, 5, 7), side by side on their channels
+    in a batched ``(1, T, C)`` layout: the sum of StyleTTS 2's blocks each alone, in float64,
+    to float32's rounding; ``biased=False`` leaves their second convolutions' biases out,
+    summed into ``bias``."""
+    rng = np.random.default_rng(7)
+    channels, styles_in, length = 4, 3, 40
+    F64 = npt.NDArray[np.float64]
+    w: dict[str, F64] = {}
+    kernels = {"a": 3, "b": 5, "c": 7}
+    for m, kernel in kernels.items():
+        for j in range(3):
+            for k in (1, 2):
+                w[f"{m}.adain{k}.{j}.fc.weight"] = rng.normal(0, 0.5, (2 * channels, styles_in))
+                w[f"{m}.adain{k}.{j}.fc.bias"] = rng.normal(0, 0.5, (2 * channels,))
+                w[f"{m}.alpha{k}.{j}"] = rng.uniform(0.3, 2.0, (1, channels, 1))
+                w[f"{m}.convs{k}.{j}.weight"] = rng.normal(0, 0.4, (channels, kernel, channels))
+                w[f"{m}.convs{k}.{j}.bias"] = rng.normal(0, 0.2, (channels,))
+    x = rng.normal(0.0, 1.0, (length, channels))
+    style = rng.normal(0.0, 1.0, (styles_in,))
+
+    def adain(name: str, t: F64) -> F64:
+        gamma, beta = np.split(w[f"{name}.fc.weight"] @ style + w[f"{name}.fc.bias"], 2)
+        normed: F64 = (t - t.mean(0)) / np.sqrt(t.var(0) + 1e-5)
+        return (1 + gamma) * normed + beta
+
+    def snake(name: str, t: F64) -> F64:
+        a = w[name].reshape(-1)
+        return t + np.sin(a * t) ** 2 / a
+
+    def conv(name: str, t: F64, d: int) -> F64:
+        weight = w[f"{name}.weight"]
+        kernel = weight.shape[1]
+        pad = d * (kernel - 1) // 2
+        padded = np.pad(t, [(pad, pad), (0, 0)])
+        out: F64 = w[f"{name}.bias"] + padded[:length] @ weight[:, 0, :].T
+        for k in range(1, kernel):
+            out = out + padded[k * d : k * d + length] @ weight[:, k, :].T
+        return out
+
+    def block(m: str) -> F64:
+        t = x
+        for j, d in enumerate((1, 3, 5)):
+            y = conv(f"{m}.convs1.{j}", snake(f"{m}.alpha1.{j}", adain(f"{m}.adain1.{j}", t)), d)
+            y = snake(f"{m}.alpha2.{j}", adain(f"{m}.adain2.{j}", y))
+            t = t + conv(f"{m}.convs2.{j}", y, 1)
+        return t
+
+    expected = sum(block(m) for m in kernels)
+    weights = {k: mx.array(v.astype(np.float32)) for k, v in w.items()}
+    bank = StyleBank()
+    blocks = AdaINResBlock1(weights, list(kernels), (1, 3, 5), matmul, bank, biased=biased)
+    styles = bank(mx.array(style.astype(np.float32)))
+    got = blocks(mx.array(x[None].astype(np.float32)), styles)
+    assert got.shape == (1, length, channels)
+    if not biased:
+        got = got + blocks.bias
+    assert rel(np.array(got)[0], expected) < 1e-5
 
 
 @pytest.mark.parametrize("dilation", [1, 3])

@@ -66,19 +66,46 @@ def engine(conv: str) -> Any:
     return built
 
 
-def layer_norm_ops() -> int:
-    """Operations one ``mx.fast.layer_norm`` is in this device's graph (1 on a GPU)."""
+def layer_norm_ops(weighted: bool) -> int:
+    """Operations one ``mx.fast.layer_norm`` is in this device's graph (1 on a GPU), with a
+    weight and bias or without (the instance norms: fewer operations expanded)."""
     import mlx.core as mx
 
     from bench.engines.measures import graph_ops
 
     x, w = mx.ones((4, 8)), mx.ones((8,))
     mx.eval(x, w)
-    return sum(graph_ops(mx.fast.layer_norm(x, w, w, 1e-5)).values())
+    p = w if weighted else None
+    return sum(graph_ops(mx.fast.layer_norm(x, p, p, 1e-5)).values())
+
+
+def beyond_one_node(norms: Counter[bool]) -> int:
+    """Operations the layer norms built (counted by whether they are weighted) are in this
+    device's graph beyond one node each: what a GPU's graph does not have."""
+    return sum(n * (layer_norm_ops(weighted) - 1) for weighted, n in norms.items())
 
 
 @contextmanager
-def counting(model: Any) -> Iterator[tuple[list[int], Counter[str], list[int]]]:
+def norms_counted() -> Iterator[Counter[bool]]:
+    """The layer norms built meanwhile, by whether they have a weight."""
+    import mlx.core as mx
+
+    norms: Counter[bool] = Counter()
+    real_norm = mx.fast.layer_norm
+
+    def norm_counted(x: Any, weight: Any = None, *args: Any, **kwargs: Any) -> Any:
+        norms[weight is not None] += 1
+        return real_norm(x, weight, *args, **kwargs)
+
+    mx.fast.layer_norm = norm_counted
+    try:
+        yield norms
+    finally:
+        mx.fast.layer_norm = real_norm
+
+
+@contextmanager
+def counting(model: Any) -> Iterator[tuple[list[int], Counter[str], Counter[bool]]]:
     """Each evaluation's operations, their kinds, and the layer norms built meanwhile: through
     ``mx.eval`` and through ``np.array`` of a lazy array in the engine and model modules.
     ``model.decode``'s audio is counted, not computed (silence stands in for it): MLX's CPU
@@ -91,8 +118,7 @@ def counting(model: Any) -> Iterator[tuple[list[int], Counter[str], list[int]]]:
 
     evals: list[int] = []
     kinds: Counter[str] = Counter()
-    norms = [0]
-    real_eval, real_norm, real_decode = mx.eval, mx.fast.layer_norm, model.decode
+    real_eval, real_decode = mx.eval, model.decode
 
     def record(*arrays: mx.array) -> None:
         found = graph_ops(*arrays)
@@ -112,10 +138,6 @@ def counting(model: Any) -> Iterator[tuple[list[int], Counter[str], list[int]]]:
         record(*flat, *(x for a in arrays if isinstance(a, (list, tuple)) for x in a))
         real_eval(*arrays)
 
-    def norm_counted(*args: Any, **kwargs: Any) -> mx.array:
-        norms[0] += 1
-        return real_norm(*args, **kwargs)
-
     class Numpy:
         """``numpy`` as the engine sees it, counting each lazy array it is handed."""
 
@@ -127,13 +149,14 @@ def counting(model: Any) -> Iterator[tuple[list[int], Counter[str], list[int]]]:
                 record(x)
             return np.array(x, *args, **kwargs)
 
-    mx.eval, mx.fast.layer_norm, model.decode = eval_counted, norm_counted, decode_counted
+    mx.eval, model.decode = eval_counted, decode_counted
     for module in (mlx_engine, mlx_model):
         setattr(module, "np", Numpy())  # noqa: B010
     try:
-        yield evals, kinds, norms
+        with norms_counted() as norms:
+            yield evals, kinds, norms
     finally:
-        mx.eval, mx.fast.layer_norm = real_eval, real_norm
+        mx.eval = real_eval
         del model.decode
         for module in (mlx_engine, mlx_model):
             setattr(module, "np", np)  # noqa: B010
@@ -141,7 +164,8 @@ def counting(model: Any) -> Iterator[tuple[list[int], Counter[str], list[int]]]:
 
 def by_component(model: Any, text: str) -> dict[str, int]:
     """Operations per component, summed over the text's pieces, each with its inputs evaluated
-    (``mlx_kokoro``'s order: what the engine evaluates in two graphs, cut at each component)."""
+    (``mlx_kokoro``'s order: what the engine evaluates in two graphs, cut at each component),
+    each layer norm one node (a GPU's graph)."""
     import mlx.core as mx
     import numpy as np
 
@@ -153,28 +177,30 @@ def by_component(model: Any, text: str) -> dict[str, int]:
 
     def add(name: str, out: Any, *, evaluate: bool = True) -> Any:
         arrays = out if isinstance(out, tuple) else (out,)
-        ops[name] += sum(graph_ops(*arrays).values())
+        ops[name] += sum(graph_ops(*arrays).values()) - beyond_one_node(norms)
+        norms.clear()
         if evaluate:
             mx.eval(*arrays)
         return out
 
     pack = load_voice(DEFAULT_VOICE)
-    for phonemes in phonemize(text):
-        tokens = [PAD, *tokenize(phonemes), PAD]
-        row = mx.array(style(pack, len(tokens) - 2)[0])
-        s, ids, p = row[128:], mx.array(tokens, dtype=mx.int32), model.predictor
-        mx.eval(row, s, ids)
-        bert = add("albert", model.bert(ids))
-        features = add("duration_encoder", p.features(bert, s))
-        durations = add("durations", p.durations(features))
-        frames = np.maximum(np.round(np.array(durations)), 1).astype(np.int64)
-        index = mx.array(np.repeat(np.arange(len(tokens)), frames).astype(np.int32))
-        expanded = features[index]
-        mx.eval(expanded)
-        f0, n = add("f0_energy", p.f0_n(expanded, s))
-        asr = add("text_encoder", model.text_encoder(ids))[index]
-        mx.eval(asr, row[:128])
-        add("decoder", model.decoder(asr, f0, n, row[:128]), evaluate=False)
+    with norms_counted() as norms:
+        for phonemes in phonemize(text):
+            tokens = [PAD, *tokenize(phonemes), PAD]
+            row = mx.array(style(pack, len(tokens) - 2)[0])
+            s, ids, p = row[128:], mx.array(tokens, dtype=mx.int32), model.predictor
+            mx.eval(row, s, ids)
+            bert = add("albert", model.bert(ids))
+            features = add("duration_encoder", p.features(bert, s))
+            durations = add("durations", p.durations(features))
+            frames = np.maximum(np.round(np.array(durations)), 1).astype(np.int64)
+            index = mx.array(np.repeat(np.arange(len(tokens)), frames).astype(np.int32))
+            expanded = features[index]
+            mx.eval(expanded)
+            f0, n = add("f0_energy", p.f0_n(expanded, s))
+            asr = add("text_encoder", model.text_encoder(ids))[index]
+            mx.eval(asr, row[:128])
+            add("decoder", model.decoder(asr, f0, n, row[:128]), evaluate=False)
     return dict(ops)
 
 
@@ -184,7 +210,6 @@ def child_counts(conv: str) -> list[dict[str, Any]]:
     from voicews.engines.base import SynthesisOptions, WordStarts
 
     tts = engine(conv)
-    per_norm = layer_norm_ops()
     mx.disable_compile()  # compiled functions run as traced: operations before fusion
     rows = []
     list(tts.synthesize("Hi.", SynthesisOptions()))  # weights loaded before counting
@@ -204,9 +229,7 @@ def child_counts(conv: str) -> list[dict[str, Any]]:
                 "evals": len(evals),
                 "ops_per_eval": evals,
                 "ops_per_audio_s": round(sum(evals) / seconds),
-                "ops_per_audio_s_gpu_graph": round(
-                    (sum(evals) - norms[0] * (per_norm - 1)) / seconds
-                ),
+                "ops_per_audio_s_gpu_graph": round((sum(evals) - beyond_one_node(norms)) / seconds),
                 "components_per_audio_s": {k: round(v / seconds) for k, v in parts.items()},
                 "top_ops": kinds.most_common(6),
             }

@@ -12,11 +12,11 @@ from collections.abc import Callable
 import mlx.core as mx
 import numpy as np
 
-from ..mlx_piper.layers import Conv, Upsample, leaky_relu
+from ..mlx_piper.layers import Conv, Upsample, leaky_relu, pad_time
 from .assets import SAMPLE_RATE
 from .mlx_layers import (
-    AdaIN,
     AdainResBlock,
+    GroupedAdaIN,
     Linear,
     StridedConv,
     StyleBank,
@@ -39,43 +39,70 @@ class AdaINResBlock1:
     Snake is ``y + sin(alpha y)^2 / alpha``, that is ``(u + sin(u)^2) / alpha`` of
     ``u = alpha y``: the alpha is folded into the AdaIN's projection (its scale and shift) and
     the ``1 / alpha`` into the next convolution's weights, leaving three operations a Snake,
-    none of them a broadcast."""
+    none of them a broadcast.
+
+    ``module`` a list: blocks that read the same input, their outputs summed (a generator
+    stage's three, averaged by the caller), run side by side on their channels: one instance
+    norm, one Snake and one residual sum serve all; each convolves its own channels (a split,
+    a convolution each, a concatenation: their kernels differ, 3, 7 and 11, and padding them
+    to one would compute 57% more). ``biased=False``: the second convolutions' biases are left
+    out and summed into ``bias`` for the caller to add: constants that the next norm removes
+    again, they only pass along the residual."""
 
     def __init__(
         self,
         w: Weights,
-        module: str,
+        module: str | list[str],
         dilations: tuple[int, ...],
         matmul: bool,
         bank: StyleBank,
+        *,
+        biased: bool = True,
     ) -> None:
-        def alpha(name: str) -> np.ndarray:
-            return np.asarray(w[f"{module}.{name}"]).reshape(-1).astype(np.float64)
+        modules = [module] if isinstance(module, str) else module
+
+        def alphas(name: str) -> list[np.ndarray]:
+            return [np.asarray(w[f"{m}.{name}"]).reshape(-1).astype(np.float64) for m in modules]
+
+        def convs(name: str, alpha: list[np.ndarray], d: int, normed: bool) -> list[Conv]:
+            return [
+                same_conv(w, f"{m}.{name}", matmul, dilation=d, input_scale=1.0 / a, normed=normed)
+                for m, a in zip(modules, alpha, strict=True)
+            ]
 
         self.stages = []
+        bias = np.zeros(int(w[f"{modules[0]}.convs2.0.bias"].shape[0]), np.float32)
         for j, d in enumerate(dilations):
-            alpha1, alpha2 = alpha(f"alpha1.{j}"), alpha(f"alpha2.{j}")
+            alpha1, alpha2 = alphas(f"alpha1.{j}"), alphas(f"alpha2.{j}")
             self.stages.append(
                 (
-                    AdaIN(w, f"{module}.adain1.{j}", bank, alpha1),
-                    same_conv(  # adain2 follows
-                        w,
-                        f"{module}.convs1.{j}",
-                        matmul,
-                        dilation=d,
-                        input_scale=1.0 / alpha1,
-                        normed=True,
-                    ),
-                    AdaIN(w, f"{module}.adain2.{j}", bank, alpha2),
-                    same_conv(w, f"{module}.convs2.{j}", matmul, input_scale=1.0 / alpha2),
+                    GroupedAdaIN(w, [f"{m}.adain1.{j}" for m in modules], bank, alpha1),
+                    convs(f"convs1.{j}", alpha1, d, True),  # adain2 follows
+                    GroupedAdaIN(w, [f"{m}.adain2.{j}" for m in modules], bank, alpha2),
+                    convs(f"convs2.{j}", alpha2, 1, not biased),
                 )
             )
+            bias += sum(np.asarray(w[f"{m}.convs2.{j}.bias"]) for m in modules)
+        self.blocks = len(modules)
+        self.bias = mx.array(bias)
+        """The second convolutions' biases, summed: what ``biased=False`` leaves out."""
 
     def __call__(self, x: mx.array, styles: list[mx.array]) -> mx.array:
-        for norm1, conv1, norm2, conv2 in self.stages:
-            y = conv1(snake_scaled(norm1(x, styles)))
-            x = x + conv2(snake_scaled(norm2(y, styles)))
+        x = x if self.blocks == 1 else mx.concatenate([x] * self.blocks, axis=-1)
+        for norm1, convs1, norm2, convs2 in self.stages:
+            y = _side_by_side(convs1, snake_scaled(norm1(x, styles)))
+            x = x + _side_by_side(convs2, snake_scaled(norm2(y, styles)))
+        if self.blocks > 1:
+            x = x.reshape(*x.shape[:-1], self.blocks, -1).sum(axis=-2)
         return x
+
+
+def _side_by_side(convs: list[Conv], x: mx.array) -> mx.array:
+    """Each convolution over its own consecutive channels of ``x``, their outputs joined."""
+    if len(convs) == 1:
+        return convs[0](x)
+    parts = mx.split(x, len(convs), axis=-1)
+    return mx.concatenate([conv(p) for conv, p in zip(convs, parts, strict=True)], axis=-1)
 
 
 def snake_scaled(u: mx.array) -> mx.array:
@@ -151,12 +178,13 @@ class Stft:
         return mx.concatenate([mx.sqrt(real * real + imag * imag), angle], axis=1)
 
     def inverse(self, spec: mx.array) -> mx.array:
-        """``(frames, 22)`` log-magnitudes and raw phases -> ``(frames - 1) * hop`` samples."""
-        magnitude = mx.exp(spec[:, : _N_FFT // 2 + 1])
-        phase = mx.sin(spec[:, _N_FFT // 2 + 1 :])
-        parts = mx.concatenate([magnitude * mx.cos(phase), magnitude * mx.sin(phase)], axis=1)
+        """``(frames, 22)`` log-magnitudes and raw phases (or ``(1, frames, 22)``) ->
+        ``(frames - 1) * hop`` samples."""
+        magnitude = mx.exp(spec[..., : _N_FFT // 2 + 1])
+        phase = mx.sin(spec[..., _N_FFT // 2 + 1 :])
+        parts = mx.concatenate([magnitude * mx.cos(phase), magnitude * mx.sin(phase)], axis=-1)
         taps = _N_FFT // _HOP
-        y = self._inverse.valid(mx.pad(parts, [(taps - 1, taps - 1), (0, 0)])).reshape(-1)
+        y = self._inverse.valid(pad_time(parts, taps - 1, taps - 1)).reshape(-1)
         # The export divides only its first window's samples by the window's square (where
         # non-zero), scales by n_fft / hop, and trims half a window each side.
         head = np.ones(_N_FFT, np.float32)
@@ -167,30 +195,48 @@ class Stft:
 
 
 class Generator:
+    """Two upsampling stages (x10, x6), each with its harmonics' residual block and three
+    residual blocks (one computation: ``AdaINResBlock1``), then the inverse STFT.
+
+    A stage adds its constants once, at its end: the upsampling's bias, the noise
+    convolution's, and its blocks' second convolutions' (the norms inside remove them again,
+    so they only pass along the residuals). The three blocks' sum is not divided by three:
+    leaky ReLU commutes with a positive factor, so the third is folded into the next
+    convolution's weights."""
+
+    _BLOCKS = 3
+
     def __init__(self, w: Weights, matmul: bool, bank: StyleBank) -> None:
         g = "decoder.generator"
         self.source = HarmonicSource(w)
         self.stft = Stft(w, matmul)
-        self.ups = [
-            Upsample(w[f"{g}.ups.0.weight"], w[f"{g}.ups.0.bias"], 10, 5, matmul=matmul),
-            Upsample(w[f"{g}.ups.1.weight"], w[f"{g}.ups.1.bias"], 6, 3, matmul=matmul),
-        ]
-        self.noise_convs: list[Callable[[mx.array], mx.array]] = [
-            StridedConv(w[f"{g}.noise_convs.0.weight"], w[f"{g}.noise_convs.0.bias"], 6, 3, matmul),
-            same_conv(w, f"{g}.noise_convs.1", matmul),
-        ]
-        self.noise_res = [
-            AdaINResBlock1(w, f"{g}.noise_res.0", (1, 3, 5), matmul, bank),
-            AdaINResBlock1(w, f"{g}.noise_res.1", (1, 3, 5), matmul, bank),
-        ]
-        self.resblocks = [
-            [
-                AdaINResBlock1(w, f"{g}.resblocks.{3 * i + j}", (1, 3, 5), matmul, bank)
-                for j in range(3)
-            ]
-            for i in range(2)
-        ]
-        self.conv_post = same_conv(w, f"{g}.conv_post", matmul)
+        self.stages = []
+        for i, (stride, padding) in enumerate(((10, 5), (6, 3))):
+            weight = np.asarray(w[f"{g}.ups.{i}.weight"]) / (1.0 if i == 0 else self._BLOCKS)
+            up = Upsample(mx.array(weight), None, stride, padding, matmul=matmul)
+            noise_conv: Callable[[mx.array], mx.array] = (
+                StridedConv(w[f"{g}.noise_convs.0.weight"], None, 6, 3, matmul)
+                if i == 0
+                else same_conv(w, f"{g}.noise_convs.1", matmul, normed=True)
+            )
+            noise_res = AdaINResBlock1(
+                w, f"{g}.noise_res.{i}", (1, 3, 5), matmul, bank, biased=False
+            )
+            blocks = AdaINResBlock1(
+                w,
+                [f"{g}.resblocks.{self._BLOCKS * i + j}" for j in range(self._BLOCKS)],
+                (1, 3, 5),
+                matmul,
+                bank,
+                biased=False,
+            )
+            shift = np.asarray(w[f"{g}.ups.{i}.bias"]) + np.asarray(w[f"{g}.noise_convs.{i}.bias"])
+            constant = self._BLOCKS * (shift + np.asarray(noise_res.bias)) + np.asarray(blocks.bias)
+            self.stages.append((up, noise_conv, noise_res, blocks, mx.array(constant)))
+        channels = int(w[f"{g}.conv_post.weight"].shape[2])
+        self.conv_post = same_conv(
+            w, f"{g}.conv_post", matmul, input_scale=np.full(channels, 1.0 / self._BLOCKS)
+        )
 
     def __call__(self, x: mx.array, styles: list[mx.array], f0: mx.array) -> mx.array:
         return self.stft.inverse(self.spectrum(x, styles, self.harmonics(f0)))
@@ -200,19 +246,16 @@ class Generator:
         return self.stft.magnitude_phase(self.source(f0))
 
     def spectrum(self, x: mx.array, styles: list[mx.array], harmonics: mx.array) -> mx.array:
-        """Two upsamplings (x10, x6) with residual blocks, driven by the harmonics: the log
-        magnitudes and phases the inverse STFT turns into audio."""
-        for i, (up, noise_conv, noise_res, blocks) in enumerate(
-            zip(self.ups, self.noise_convs, self.noise_res, self.resblocks, strict=True)
-        ):
+        """The decoder's ``(1, 2 * frames, 512)`` upsampled twice with residual blocks, driven
+        by the harmonics: the ``(1, 120 * frames + 1, 22)`` log magnitudes and phases the
+        inverse STFT turns into audio."""
+        harmonics = harmonics.reshape(1, *harmonics.shape)
+        for i, (up, noise_conv, noise_res, blocks, constant) in enumerate(self.stages):
             x = up(leaky_relu(x, 0.1))
-            if i == len(self.ups) - 1:
-                x = mx.concatenate([x[1:2], x])  # ReflectionPad1d((1, 0))
+            if i == len(self.stages) - 1:
+                x = mx.concatenate([x[:, 1:2], x], axis=1)  # ReflectionPad1d((1, 0))
             x = x + noise_res(noise_conv(harmonics), styles)
-            total = blocks[0](x, styles)
-            for block in blocks[1:]:
-                total = total + block(x, styles)
-            x = total * (1.0 / len(blocks))
+            x = blocks(x, styles) + constant  # three times the blocks' mean
         return self.conv_post(leaky_relu(x, 0.01))
 
 
@@ -234,11 +277,13 @@ class Decoder:
         return self.generator(self.hidden(asr, f0, n, styles), styles, f0)
 
     def hidden(self, asr: mx.array, f0: mx.array, n: mx.array, styles: list[mx.array]) -> mx.array:
-        """The generator's input, ``(2 * frames, 512)``: text features with F0 and energy."""
-        f0_frames = self.f0_conv(f0[:, None])
-        n_frames = self.n_conv(n[:, None])
-        x = self.encode(mx.concatenate([asr, f0_frames, n_frames], axis=1), styles)
-        residual = mx.concatenate([self.asr_res(asr), f0_frames, n_frames], axis=1)
+        """The generator's input, ``(1, 2 * frames, 512)``: text features with F0 and energy,
+        batched from here on (MLX's convolutions take that layout as is)."""
+        asr = asr.reshape(1, *asr.shape)
+        f0_frames = self.f0_conv(f0.reshape(1, -1, 1))
+        n_frames = self.n_conv(n.reshape(1, -1, 1))
+        x = self.encode(mx.concatenate([asr, f0_frames, n_frames], axis=-1), styles)
+        residual = mx.concatenate([self.asr_res(asr), f0_frames, n_frames], axis=-1)
         for block in self.decode:
-            x = block(mx.concatenate([x, residual], axis=1), styles)
+            x = block(mx.concatenate([x, residual], axis=-1), styles)
         return x

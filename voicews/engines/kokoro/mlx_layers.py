@@ -1,6 +1,7 @@
 """The building blocks Kokoro's MLX components share: convolutions, norms (plain and
 conditioned on the style vector), linear layers, the bidirectional LSTM, StyleTTS 2's residual
-block. ``(time, channels)`` layout throughout, one utterance at a time."""
+block. ``(time, channels)`` layout, one utterance at a time; the decoder's layers also take
+``(1, time, channels)``, which MLX's convolutions read as is (no reshape in and out a call)."""
 
 from __future__ import annotations
 
@@ -10,29 +11,39 @@ from functools import lru_cache
 import mlx.core as mx
 import numpy as np
 
-from ..mlx_piper.layers import Conv, leaky_relu
+from ..mlx_piper.layers import Conv, leaky_relu, pad_time
 
 Weights = dict[str, mx.array]
 
 
 class SameConv(Conv):
     """A stride-1 convolution with 'same' padding: where MLX's ``conv1d`` computes it (a GPU),
-    the padding is the convolution's own, not one more operation a call."""
+    the padding is the convolution's own, not one more operation a call. On a batched
+    ``(1, T, C)`` input a 1-tap one is a ``conv1d`` too: a matmul would reshape it in and out."""
 
     groups = 1
     """MLX's grouped convolution where it runs natively (``grouped_same_conv``)."""
 
+    def __init__(
+        self, weight: mx.array, bias: mx.array | None, *, matmul: bool, dilation: int = 1
+    ) -> None:
+        pad = dilation * (int(weight.shape[1]) - 1) // 2  # every one of Kokoro's is odd
+        super().__init__(
+            weight, bias, dilation=dilation, pad_left=pad, pad_right=pad, matmul=matmul
+        )
+        self._matmul = matmul
+
     def __call__(self, x: mx.array) -> mx.array:
-        if not self._native:
+        if self._matmul or not (self._native or x.ndim == 3):
             return super().__call__(x)
         y = mx.conv1d(
-            x.reshape(1, *x.shape),
+            x if x.ndim == 3 else x.reshape(1, *x.shape),
             self._weight,
             padding=self.pad_left,
             dilation=self.dilation,
             groups=self.groups,
         )
-        y = y.reshape(y.shape[1:])
+        y = y if x.ndim == 3 else y.reshape(y.shape[1:])
         return y if self._bias is None else y + self._bias
 
 
@@ -52,15 +63,8 @@ def same_conv(
     weight = w[f"{module}.weight"]  # (out, kernel, in)
     if input_scale is not None:
         weight = mx.array(np.asarray(weight) * input_scale.astype(np.float32))
-    pad = dilation * (int(weight.shape[1]) - 1) // 2
-    return SameConv(
-        weight,
-        None if normed else w.get(f"{module}.bias"),
-        dilation=dilation,
-        pad_left=pad,
-        pad_right=pad,
-        matmul=matmul,
-    )
+    bias = None if normed else w.get(f"{module}.bias")
+    return SameConv(weight, bias, dilation=dilation, matmul=matmul)
 
 
 def grouped_same_conv(
@@ -79,16 +83,14 @@ def grouped_same_conv(
         if normed or any(b is None for b in biases)
         else mx.array(np.concatenate([np.asarray(b) for b in biases]))
     )
-    pad, groups = (kernel - 1) // 2, len(modules)
+    groups = len(modules)
     if matmul or kernel == 1:
         full = np.zeros((groups * out_channels, kernel, groups * in_channels), np.float32)
         for i, weight in enumerate(weights):
             rows, columns = slice(i * out_channels, (i + 1) * out_channels), i * in_channels
             full[rows, :, columns : columns + in_channels] = weight
-        return SameConv(mx.array(full), bias, pad_left=pad, pad_right=pad, matmul=matmul)
-    conv = SameConv(
-        mx.array(np.concatenate(weights)), bias, pad_left=pad, pad_right=pad, matmul=False
-    )
+        return SameConv(mx.array(full), bias, matmul=matmul)
+    conv = SameConv(mx.array(np.concatenate(weights)), bias, matmul=False)
     conv.groups = groups
     return conv
 
@@ -98,7 +100,7 @@ class StridedConv:
     zero-padded to whole blocks, so nothing is computed for the outputs that are skipped."""
 
     def __init__(
-        self, weight: mx.array, bias: mx.array, stride: int, padding: int, matmul: bool
+        self, weight: mx.array, bias: mx.array | None, stride: int, padding: int, matmul: bool
     ) -> None:
         w = np.asarray(weight)  # (O, K, I)
         out_channels, kernel, in_channels = w.shape
@@ -114,32 +116,19 @@ class StridedConv:
         self.blocks = blocks
 
     def __call__(self, x: mx.array) -> mx.array:
-        length, channels = x.shape
+        *batch, length, channels = x.shape
         out = (length + 2 * self.padding - self.kernel) // self.stride + 1
         total = (out + self.blocks - 1) * self.stride
         right = max(total - length - self.padding, 0)
-        x = mx.pad(x, [(self.padding, right), (0, 0)])[:total]
-        return self._conv.valid(x.reshape(total // self.stride, self.stride * channels))[:out]
-
-
-@lru_cache(maxsize=64)
-def _averaging(length: int) -> mx.array:
-    """A ``(1, length)`` row of ``1 / length``: a mean over time as one matmul, where a
-    reduction is three operations (a sum, a scaling and its broadcast)."""
-    return mx.array(np.full((1, length), 1.0 / length, np.float32))
-
-
-@lru_cache(maxsize=16)
-def _epsilon(channels: int, eps: float) -> mx.array:
-    """``eps`` for each channel, added by the variance's own matmul (``addmm``)."""
-    return mx.array(np.full((1, channels), eps, np.float32))
+        x = pad_time(x, self.padding, right)[..., :total, :]
+        blocks = x.reshape(*batch, total // self.stride, self.stride * channels)
+        return self._conv.valid(blocks)[..., :out, :]
 
 
 def instance_norm(x: mx.array, eps: float = 1e-5) -> mx.array:
-    average = _averaging(int(x.shape[0]))
-    centered = x - average @ x
-    variance = mx.addmm(_epsilon(int(x.shape[1]), eps), average, centered * centered)
-    return centered * mx.rsqrt(variance)
+    """Each channel normalised over time: a layer norm of the transposed view, one node on a
+    GPU where the means as matmuls, centring, variance and scaling were eight."""
+    return mx.fast.layer_norm(x.swapaxes(-1, -2), None, None, eps).swapaxes(-1, -2)
 
 
 def layer_norm(x: mx.array, weight: mx.array, bias: mx.array, eps: float) -> mx.array:
@@ -195,7 +184,7 @@ class StyleBank:
             self._bias = mx.array(np.concatenate(biases))
             halves = [int(p.weight_t.shape[1]) // 2 for p in self._parts for _ in range(2)]
             self._cuts = np.cumsum(halves)[:-1].tolist()
-        return list(mx.split(mx.addmm(self._bias, style, self._weight), self._cuts))
+        return split_at(mx.addmm(self._bias, style, self._weight), self._cuts, 0)
 
 
 class AdaIN:
@@ -213,10 +202,18 @@ class AdaIN:
 
 class GroupedAdaIN(AdaIN):
     """AdaINs over consecutive channel groups of one input, their projections as one (scales
-    of every group, then shifts): an instance norm is per channel, so one serves them all."""
+    of every group, then shifts): an instance norm is per channel, so one serves them all.
+    ``times``: each group's factor per channel, as ``AdaIN``'s."""
 
-    def __init__(self, w: Weights, modules: list[str], bank: StyleBank) -> None:
-        fcs = [_plus_one_gamma(w, m) for m in modules]
+    def __init__(
+        self,
+        w: Weights,
+        modules: list[str],
+        bank: StyleBank,
+        times: list[np.ndarray] | None = None,
+    ) -> None:
+        factors: list[np.ndarray | None] = list(times) if times else [None] * len(modules)
+        fcs = [_plus_one_gamma(w, m, t) for m, t in zip(modules, factors, strict=True)]
         weights = [np.split(np.asarray(fc.weight_t), 2, axis=1) for fc in fcs]
         biases = [np.split(np.asarray(fc.bias), 2) for fc in fcs]
         weight_t = np.concatenate([h[0] for h in weights] + [h[1] for h in weights], axis=1)
@@ -302,21 +299,30 @@ def _stacked_recurrence(lstms: tuple[BiLSTM, ...]) -> mx.array:
     return mx.array(np.concatenate([np.asarray(lstm.w_h) for lstm in lstms]))
 
 
-def split_each(x: mx.array, axis: int) -> list[mx.array]:
-    """``x`` cut into its single positions along ``axis``. MLX's split is one operation for
-    up to 10 parts (beyond, a slice a part): a tree of such splits, about ``n / 10 + 1``
-    operations for ``n`` parts, not ``n``."""
-    n = x.shape[axis]
-    if n == 1:
+def split_at(x: mx.array, cuts: list[int], axis: int) -> list[mx.array]:
+    """``x`` cut before each of ``cuts`` (ascending) along ``axis``. MLX's split is one
+    operation for up to 10 parts (beyond, a slice a part): a tree of such splits, about
+    ``n / 10 + 1`` operations for ``n`` parts, not ``n``."""
+    if not cuts:
         return [x]
-    if n <= 10:
-        return list(mx.split(x, n, axis=axis))
-    chunk = -(-n // 10)
-    return [
-        part
-        for piece in mx.split(x, list(range(chunk, n, chunk)), axis=axis)
-        for part in split_each(piece, axis)
+    if len(cuts) < 10:
+        return list(mx.split(x, cuts, axis=axis))
+    chunk = -(-(len(cuts) + 1) // 10)  # parts a piece
+    tops = cuts[chunk - 1 :: chunk]
+    starts = [0, *tops]
+    inner = [
+        [c - start for c in cuts if start < c < end]
+        for start, end in zip(starts, [*tops, x.shape[axis]], strict=True)
     ]
+    pieces = mx.split(x, tops, axis=axis)
+    return [
+        part for piece, c in zip(pieces, inner, strict=True) for part in split_at(piece, c, axis)
+    ]
+
+
+def split_each(x: mx.array, axis: int) -> list[mx.array]:
+    """``x`` cut into its single positions along ``axis`` (a tree of splits: ``split_at``)."""
+    return split_at(x, list(range(1, x.shape[axis])), axis)
 
 
 def run_bilstms(lstms: list[BiLSTM], inputs: list[mx.array]) -> list[mx.array]:
@@ -349,10 +355,11 @@ class DepthwiseUpsample:
         self.bias = bias
 
     def __call__(self, x: mx.array) -> mx.array:
-        nxt = mx.pad(x[1:], [(0, 1), (0, 0)])
+        nxt = pad_time(x[..., 1:, :], 0, 1)
         even = x * self.taps[1] + self.bias
         odd = x * self.taps[2] + nxt * self.taps[0] + self.bias
-        return mx.stack([even, odd], axis=1).reshape(2 * x.shape[0], x.shape[1])
+        *batch, length, channels = x.shape
+        return mx.stack([even, odd], axis=-2).reshape(*batch, 2 * length, channels)
 
 
 class AdainResBlock:
@@ -360,11 +367,22 @@ class AdainResBlock:
     optionally doubling the frame rate (nearest on the shortcut, a transposed conv inside).
 
     ``module`` a list: blocks of the same shape side by side, each on its own consecutive
-    channels of the input and output (as one block: the prosody's F0 and energy branches)."""
+    channels of the input and output (as one block: the prosody's F0 and energy branches).
+    With a shortcut convolution the sum's ``1 / sqrt(2)`` is folded into both convolutions'
+    weights (a product and its broadcast a call less)."""
 
     def __init__(self, w: Weights, module: str | list[str], matmul: bool, bank: StyleBank) -> None:
         modules = [module] if isinstance(module, str) else module
         first = modules[0]
+        self.scale = None if f"{first}.conv1x1.weight" in w else 1.0 / math.sqrt(2.0)
+        if self.scale is None:
+            w = w | {
+                f"{m}.{conv}.{p}": w[f"{m}.{conv}.{p}"] * (1.0 / math.sqrt(2.0))
+                for m in modules
+                for conv in ("conv2", "conv1x1")
+                for p in ("weight", "bias")
+                if f"{m}.{conv}.{p}" in w
+            }
         if len(modules) == 1:
             self.norm1: AdaIN = AdaIN(w, f"{first}.norm1", bank)
             self.norm2: AdaIN = AdaIN(w, f"{first}.norm2", bank)
@@ -393,8 +411,8 @@ class AdainResBlock:
         y = leaky_relu(self.norm1(x, styles), 0.2)
         if self.pool is not None:
             y = self.pool(y)
-            x = mx.repeat(x, 2, axis=0)
+            x = mx.repeat(x, 2, axis=-2)
         y = self.conv2(leaky_relu(self.norm2(self.conv1(y), styles), 0.2))
         if self.shortcut is not None:
             x = self.shortcut(x)
-        return (y + x) * (1.0 / math.sqrt(2.0))
+        return y + x if self.scale is None else (y + x) * self.scale

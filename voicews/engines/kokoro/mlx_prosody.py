@@ -67,10 +67,11 @@ class Predictor:
         return mx.sigmoid(self.duration_proj(self.lstm(features))).sum(axis=1)
 
     def f0_n(self, frames: mx.array, style: mx.array) -> tuple[mx.array, mx.array]:
-        """F0 (Hz) and energy, two values per frame, from the features expanded to frames."""
+        """F0 (Hz) and energy, two values per frame, from the features expanded to frames
+        (the blocks batched, ``(1, T, C)``: MLX's convolutions take that layout as is)."""
         x = self.shared(frames)
-        x, styles = mx.concatenate([x, x], axis=1), self.prosody_styles(style)
+        x, styles = mx.concatenate([x, x], axis=1)[None], self.prosody_styles(style)
         for block in self.f0_n_blocks:
             x = block(x, styles)
-        f0_n = self.f0_n_proj(x)  # (2 * frames, 2)
-        return f0_n[:, 0], f0_n[:, 1]
+        f0_n = self.f0_n_proj(x)  # (1, 2 * frames, 2)
+        return f0_n[0, :, 0], f0_n[0, :, 1]

@@ -11,12 +11,16 @@ from ..mlx_piper.layers import leaky_relu
 from .mlx_layers import BiLSTM, Linear, Weights, layer_norm, same_conv
 
 _GELU_C = math.sqrt(2.0 / math.pi)
+_GELU_SCALE = (2.0 * _GELU_C * 0.044715) ** (1.0 / 3.0)
+"""``s`` of ``gelu_scaled``: the cube root of the cubic term's factor in ``2u``."""
 
 
-def gelu_tanh(x: mx.array) -> mx.array:
-    """ALBERT's ``gelu_new`` (ONNX Runtime's ``FastGelu``): ``0.5 x (1 + tanh(u))`` with
-    ``u = c (x + 0.044715 x^3)``, computed as its equal ``x sigmoid(2u)`` (fewer operations)."""
-    return x * mx.sigmoid(x * (2.0 * _GELU_C + (2.0 * _GELU_C * 0.044715) * (x * x)))
+def gelu_scaled(t: mx.array) -> mx.array:
+    """``s gelu(t / s)`` of ALBERT's ``gelu_new`` (ONNX Runtime's ``FastGelu``):
+    ``0.5 x (1 + tanh(u))`` with ``u = c (x + 0.044715 x^3)`` is ``x sigmoid(2u)``, and of
+    ``t = s x`` ``2u`` is ``t (2c / s + t^2)``: the ``s`` and ``1 / s`` are folded into the
+    linears around it, one constant (a product and its broadcast) less."""
+    return t * mx.sigmoid(t * ((2.0 * _GELU_C / _GELU_SCALE) + t * t))
 
 
 class Albert:
@@ -47,7 +51,17 @@ class Albert:
         )
         self.dense = Linear(w, f"{q}.attention.dense")
         self.attn_norm = (w[f"{q}.attention.LayerNorm.weight"], w[f"{q}.attention.LayerNorm.bias"])
-        self.ffn, self.ffn_output = Linear(w, f"{q}.ffn"), Linear(w, f"{q}.ffn_output")
+        # The FFN's output times s, the next linear's input divided by it (``gelu_scaled``).
+        self.ffn = Linear(
+            {f"f.{k}": w[f"{q}.ffn.{k}"] * _GELU_SCALE for k in ("weight", "bias")}, "f"
+        )
+        self.ffn_output = Linear(
+            {
+                "o.weight": w[f"{q}.ffn_output.weight"] / _GELU_SCALE,
+                "o.bias": w[f"{q}.ffn_output.bias"],
+            },
+            "o",
+        )
         self.out_norm = (
             w[f"{q}.full_layer_layer_norm.weight"],
             w[f"{q}.full_layer_layer_norm.bias"],
@@ -66,7 +80,7 @@ class Albert:
         p = mx.softmax(q @ k.swapaxes(-1, -2), axis=-1)
         context = (p @ v).transpose(2, 0, 1, 3).reshape(length, -1)
         x = layer_norm(x + self.dense(context), *self.attn_norm, 1e-12)
-        return layer_norm(x + self.ffn_output(gelu_tanh(self.ffn(x))), *self.out_norm, 1e-12)
+        return layer_norm(x + self.ffn_output(gelu_scaled(self.ffn(x))), *self.out_norm, 1e-12)
 
     def __call__(self, ids: mx.array) -> mx.array:
         x = self.embed(ids)

@@ -23,9 +23,10 @@ def leaky_relu(x: mx.array, slope: float) -> mx.array:
 
 
 def pad_time(x: mx.array, left: int, right: int) -> mx.array:
+    """Zeros before and after along time, the second-to-last axis (``(T, C)`` or batched)."""
     if left == 0 and right == 0:
         return x
-    return mx.pad(x, [(left, right), (0, 0)])
+    return mx.pad(x, [*[(0, 0)] * (x.ndim - 2), (left, right), (0, 0)])
 
 
 class Conv:
@@ -123,7 +124,7 @@ class Upsample:
     """
 
     def __init__(
-        self, weight: mx.array, bias: mx.array, stride: int, padding: int, *, matmul: bool
+        self, weight: mx.array, bias: mx.array | None, stride: int, padding: int, *, matmul: bool
     ) -> None:
         w = np.asarray(weight)  # (O, K, I)
         out_channels, kernel, in_channels = w.shape
@@ -146,7 +147,7 @@ class Upsample:
         self.pad_left, self.pad_right = j_max, -j_min
         self._conv = Conv(
             mx.array(poly.reshape(stride * out_channels, j_max - j_min + 1, in_channels)),
-            mx.tile(bias, (stride,)),
+            None if bias is None else mx.tile(bias, (stride,)),
             matmul=matmul,
         )
         self.span = self._conv.span
