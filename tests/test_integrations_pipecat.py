@@ -172,7 +172,10 @@ async def test_three_turns_whole_interrupted_whole(server: VoicewsServer) -> Non
     assert not [at for at, _ in b.audio(second) if at > interrupted_at]
     assert 1.0 < second_seconds < 10.0 and b.seconds(second) == second_seconds
     assert not b.downstream.of(TTSStoppedFrame, second)
-    assert await cancelled_turns(server) == cancelled_before + 1
+    # The server cancelled the turn; and when a token the LLM had already sent reached the
+    # service after the interruption (a loaded machine: "goes" in one CI run), the quiet
+    # context Pipecat opened for it was dropped too (see the stray-token test below).
+    assert 1 <= await cancelled_turns(server) - cancelled_before <= 2
 
 
 async def test_server_errors_become_error_frames(server: VoicewsServer) -> None:
