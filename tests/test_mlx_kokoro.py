@@ -368,46 +368,65 @@ def test_side_by_side_residual_blocks_are_each_alone(matmul: bool, upsampling: b
     np.testing.assert_allclose(got, np.concatenate(expected, axis=1), atol=2e-5)
 
 
-@pytest.mark.parametrize("matmul", [False, True])
-def test_the_generators_block_is_styletts2s(matmul: bool) -> None:
-    """AdaINResBlock1 with each Snake's alpha folded into its AdaIN and the next convolution:
-    the block as StyleTTS 2 writes it (AdaIN, Snake, dilated conv, twice, residual; three
-    times), in float64, to float32's rounding."""
-    rng = np.random.default_rng(4)
-    channels, styles_in, kernel, length = 4, 3, 3, 40
-    F64 = npt.NDArray[np.float64]
+F64 = npt.NDArray[np.float64]
+
+
+def styletts2_block_weights(
+    rng: np.random.Generator, module: str, kernel: int, channels: int, styles_in: int
+) -> dict[str, F64]:
+    """Random weights of one StyleTTS 2 generator block (AdaINResBlock1, three dilations)."""
     w: dict[str, F64] = {}
     for j in range(3):
         for k in (1, 2):
-            w[f"b.adain{k}.{j}.fc.weight"] = rng.normal(0, 0.5, (2 * channels, styles_in))
-            w[f"b.adain{k}.{j}.fc.bias"] = rng.normal(0, 0.5, (2 * channels,))
-            w[f"b.alpha{k}.{j}"] = rng.uniform(0.3, 2.0, (1, channels, 1))
-            w[f"b.convs{k}.{j}.weight"] = rng.normal(0, 0.4, (channels, kernel, channels))
-            w[f"b.convs{k}.{j}.bias"] = rng.normal(0, 0.2, (channels,))
-    x = rng.normal(0.0, 1.0, (length, channels))
-    style = rng.normal(0.0, 1.0, (styles_in,))
+            w[f"{module}.adain{k}.{j}.fc.weight"] = rng.normal(0, 0.5, (2 * channels, styles_in))
+            w[f"{module}.adain{k}.{j}.fc.bias"] = rng.normal(0, 0.5, (2 * channels,))
+            w[f"{module}.alpha{k}.{j}"] = rng.uniform(0.3, 2.0, (1, channels, 1))
+            w[f"{module}.convs{k}.{j}.weight"] = rng.normal(0, 0.4, (channels, kernel, channels))
+            w[f"{module}.convs{k}.{j}.bias"] = rng.normal(0, 0.2, (channels,))
+    return w
+
+
+def styletts2_block(w: dict[str, F64], module: str, x: F64, style: F64) -> F64:
+    """The block as StyleTTS 2 writes it (AdaIN, Snake, dilated conv, twice, residual; three
+    times), in float64, on ``(T, C)``."""
 
     def adain(name: str, t: F64) -> F64:
-        gamma, beta = np.split(w[f"b.{name}.fc.weight"] @ style + w[f"b.{name}.fc.bias"], 2)
+        gamma, beta = np.split(w[f"{name}.fc.weight"] @ style + w[f"{name}.fc.bias"], 2)
         normed: F64 = (t - t.mean(0)) / np.sqrt(t.var(0) + 1e-5)
         return (1 + gamma) * normed + beta
 
     def snake(name: str, t: F64) -> F64:
-        a = w[f"b.{name}"].reshape(-1)
+        a = w[name].reshape(-1)
         return t + np.sin(a * t) ** 2 / a
 
     def conv(name: str, t: F64, d: int) -> F64:
-        weight, pad = w[f"b.{name}.weight"], d * (kernel - 1) // 2
+        weight = w[f"{name}.weight"]
+        kernel = weight.shape[1]
+        pad = d * (kernel - 1) // 2
         padded = np.pad(t, [(pad, pad), (0, 0)])
-        out: F64 = w[f"b.{name}.bias"] + padded[:length] @ weight[:, 0, :].T
+        out: F64 = w[f"{name}.bias"] + padded[: len(t)] @ weight[:, 0, :].T
         for k in range(1, kernel):
-            out = out + padded[k * d : k * d + length] @ weight[:, k, :].T
+            out = out + padded[k * d : k * d + len(t)] @ weight[:, k, :].T
         return out
 
-    expected = x
+    m = module
     for j, d in enumerate((1, 3, 5)):
-        y = conv(f"convs1.{j}", snake(f"alpha1.{j}", adain(f"adain1.{j}", expected)), d)
-        expected = expected + conv(f"convs2.{j}", snake(f"alpha2.{j}", adain(f"adain2.{j}", y)), 1)
+        y = conv(f"{m}.convs1.{j}", snake(f"{m}.alpha1.{j}", adain(f"{m}.adain1.{j}", x)), d)
+        y = snake(f"{m}.alpha2.{j}", adain(f"{m}.adain2.{j}", y))
+        x = x + conv(f"{m}.convs2.{j}", y, 1)
+    return x
+
+
+@pytest.mark.parametrize("matmul", [False, True])
+def test_the_generators_block_is_styletts2s(matmul: bool) -> None:
+    """AdaINResBlock1 with each Snake's alpha folded into its AdaIN and the next convolution:
+    the block as StyleTTS 2 writes it, in float64, to float32's rounding."""
+    rng = np.random.default_rng(4)
+    channels, styles_in, length = 4, 3, 40
+    w = styletts2_block_weights(rng, "b", 3, channels, styles_in)
+    x = rng.normal(0.0, 1.0, (length, channels))
+    style = rng.normal(0.0, 1.0, (styles_in,))
+    expected = styletts2_block(w, "b", x, style)
     weights = {k: mx.array(v.astype(np.float32)) for k, v in w.items()}
     bank = StyleBank()
     block = AdaINResBlock1(weights, "b", (1, 3, 5), matmul, bank)
@@ -424,48 +443,13 @@ def test_the_generators_three_blocks_run_as_one(matmul: bool, biased: bool) -> N
     summed into ``bias``."""
     rng = np.random.default_rng(7)
     channels, styles_in, length = 4, 3, 40
-    F64 = npt.NDArray[np.float64]
-    w: dict[str, F64] = {}
     kernels = {"a": 3, "b": 5, "c": 7}
+    w: dict[str, F64] = {}
     for m, kernel in kernels.items():
-        for j in range(3):
-            for k in (1, 2):
-                w[f"{m}.adain{k}.{j}.fc.weight"] = rng.normal(0, 0.5, (2 * channels, styles_in))
-                w[f"{m}.adain{k}.{j}.fc.bias"] = rng.normal(0, 0.5, (2 * channels,))
-                w[f"{m}.alpha{k}.{j}"] = rng.uniform(0.3, 2.0, (1, channels, 1))
-                w[f"{m}.convs{k}.{j}.weight"] = rng.normal(0, 0.4, (channels, kernel, channels))
-                w[f"{m}.convs{k}.{j}.bias"] = rng.normal(0, 0.2, (channels,))
+        w |= styletts2_block_weights(rng, m, kernel, channels, styles_in)
     x = rng.normal(0.0, 1.0, (length, channels))
     style = rng.normal(0.0, 1.0, (styles_in,))
-
-    def adain(name: str, t: F64) -> F64:
-        gamma, beta = np.split(w[f"{name}.fc.weight"] @ style + w[f"{name}.fc.bias"], 2)
-        normed: F64 = (t - t.mean(0)) / np.sqrt(t.var(0) + 1e-5)
-        return (1 + gamma) * normed + beta
-
-    def snake(name: str, t: F64) -> F64:
-        a = w[name].reshape(-1)
-        return t + np.sin(a * t) ** 2 / a
-
-    def conv(name: str, t: F64, d: int) -> F64:
-        weight = w[f"{name}.weight"]
-        kernel = weight.shape[1]
-        pad = d * (kernel - 1) // 2
-        padded = np.pad(t, [(pad, pad), (0, 0)])
-        out: F64 = w[f"{name}.bias"] + padded[:length] @ weight[:, 0, :].T
-        for k in range(1, kernel):
-            out = out + padded[k * d : k * d + length] @ weight[:, k, :].T
-        return out
-
-    def block(m: str) -> F64:
-        t = x
-        for j, d in enumerate((1, 3, 5)):
-            y = conv(f"{m}.convs1.{j}", snake(f"{m}.alpha1.{j}", adain(f"{m}.adain1.{j}", t)), d)
-            y = snake(f"{m}.alpha2.{j}", adain(f"{m}.adain2.{j}", y))
-            t = t + conv(f"{m}.convs2.{j}", y, 1)
-        return t
-
-    expected = sum(block(m) for m in kernels)
+    expected = sum(styletts2_block(w, m, x, style) for m in kernels)
     weights = {k: mx.array(v.astype(np.float32)) for k, v in w.items()}
     bank = StyleBank()
     blocks = AdaINResBlock1(weights, list(kernels), (1, 3, 5), matmul, bank, biased=biased)
