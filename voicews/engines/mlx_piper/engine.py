@@ -278,7 +278,7 @@ class MlxPiperEngine:
             yield from self.synthesize(text, options)
             return
         timed = []
-        sentences = list(self._sentences(text, options.speed))
+        sentences = self._sentences(text, options.speed)
         for i, (phonemes, ids) in enumerate(sentences):
             latents = self._latents(ids, options.speed)
             z = self._decoder_input(latents.z_p)
