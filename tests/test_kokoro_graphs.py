@@ -73,6 +73,10 @@ def test_the_static_graph_quantizes_the_generator_with_fixed_ranges(
     shipped, made = ops(model_path()), ops(static_graph(model_path()))
     # The generator's residual blocks: 6 of 3 + 3 resblocks, 6 of 2 noise_res; the rest as shipped.
     assert made["QLinearConv"] == 48 and made["ConvInteger"] == shipped["ConvInteger"] - 48
+    # Their adaptive norms as single kernels (6 a block; the first blocks of a stage share one
+    # norm in the export, three here), the rest spelled out as shipped.
+    assert made["InstanceNormalization"] == 48
+    assert made["ReduceMean"] == shipped["ReduceMean"] - 2 * 44  # 44 norms, two read thrice
     audio, words = spoken(KokoroEngine(graph=static_graph(model_path())))
     reference, reference_words = int8
     assert abs(len(audio) - len(reference)) <= 2 * SAMPLES_PER_FRAME
