@@ -16,6 +16,7 @@ from bench.listening.phrasing import (
     median_words,
     one_word_mid,
     sentence_ends,
+    split_phrases,
     units,
 )
 from bench.listening.pitch import (
@@ -74,6 +75,7 @@ def test_a_reply_pooled_with_others() -> None:
     assert (s.one_word_mid, s.mid_segments) == (2, 3)  # "that", "three"; first, last exempt
     assert s.one_word_share == pytest.approx(2 / 3)
     assert s.words_per_segment == 2  # 1, 3, 1, 2 and 2, 1, 3
+    assert (s.split_phrases, s.cuts) == (1, 5)  # "two | three": a number word leads on
 
 
 # --- phrasing -----------------------------------------------------------------------------------
@@ -88,6 +90,15 @@ def test_first_and_last_segments_are_exempt_from_one_word() -> None:
     assert one_word_mid(["Hmm,", "sure", "okay."]) == (1, 1)
     assert one_word_mid(["Hmm,", "okay."]) == (0, 0)
     assert math.isnan(median_words([]))
+
+
+def test_a_cut_after_a_word_that_leads_into_the_next_splits_a_phrase() -> None:
+    # "near | the beach" and "twelve | dollars" split; "hotels", a clause end and the reply's
+    # end do not.
+    segments = ["I found hotels", "near", "the beach,", "from twelve", "dollars a night"]
+    assert split_phrases(segments) == (2, 4)
+    assert split_phrases(["The driver should", "bring it."]) == (1, 1)
+    assert split_phrases(["Only one."]) == (0, 0)
 
 
 def test_segments_are_placed_on_the_sentences_they_spell() -> None:

@@ -45,7 +45,8 @@ def test_first_segment_cuts_at_first_clause_before_next_token() -> None:
         (("Sure", " thing", "?"), "Sure thing?"),
         (("\u201cWell", "!"), "\u201cWell!"),
         (("Dr", "."), None),  # an abbreviation: "Dr. Smith"
-        (("I", " was", " at", " gate", " 3", "."), "I was"),  # "3." may be "3.5": two words
+        # "3." may be "3.5", and "was" and "at" lead into what follows: up to "gate".
+        (("I", " was", " at", " gate", " 3", "."), "I was at gate"),
         (("I", " mean", " e.g", "."), "I mean"),
     ],
 )
@@ -86,7 +87,8 @@ def test_first_segment_after_a_few_words_without_punctuation() -> None:
     feed_all(seg, "so what we", " want to do")
     first = seg.next_segment(Urgency.FIRST)
     assert first is not None
-    assert (first.text, first.boundary) == ("so what we", Boundary.WORD)
+    # Three words, but not "so what we": a subject pronoun is heard as leading into its verb.
+    assert (first.text, first.boundary) == ("so what we want", Boundary.WORD)
     assert seg.next_segment(Urgency.RELAXED) is None
 
 
@@ -206,6 +208,28 @@ def test_a_critical_fitted_cut_is_the_longest_word_end_that_fits() -> None:
     assert got is not None and (got.text, got.boundary) == ("I moved your meeting", Boundary.WORD)
 
 
+@pytest.mark.parametrize(
+    ("text", "most", "cut"),
+    [
+        ("I found three hotels near the beach, and", 25, "I found three hotels"),  # not "near"
+        # Not "are", not "twelve": the clause, rather than "Tickets" alone.
+        ("Tickets are twelve dollars, and", 20, "Tickets are twelve dollars,"),
+        ("The driver should bring it over today, so", 18, "The driver"),  # not "should"
+        # Not "Okay I'm" (curly apostrophe or not): the word after it, rather than "Okay" alone.
+        ("Okay I\u2019m checking it now, and", 10, "Okay I\u2019m checking"),
+    ],
+)
+def test_a_critical_word_cut_never_ends_on_a_word_that_leads_into_the_next(
+    text: str, most: int, cut: str
+) -> None:
+    """Determiners, prepositions, auxiliaries, subject pronouns and number words are heard as
+    the start of what follows: the cut falls before them, never between them and their head."""
+    seg = Segmenter()
+    seg.feed(text)
+    got = seg.next_segment(Urgency.CRITICAL, fit=Fit(most=most, least=1))
+    assert got is not None and got.text == cut
+
+
 def test_a_piece_too_short_to_gain_ground_is_not_cut_and_a_stall_takes_the_shortest_that_does() -> (
     None
 ):
@@ -299,26 +323,29 @@ def test_an_idle_compute_takes_a_clause_of_a_few_words_before_its_sentence_ends(
 
 def test_a_trial_first_segment_is_judged_by_the_next_token() -> None:
     seg = Segmenter()
-    seg.feed("I have")
+    seg.feed("We found")
     trial = seg.trial_first()
-    assert trial == Segment("I have", Boundary.WORD)
+    assert trial == Segment("We found", Boundary.WORD)
     assert seg.next_segment(Urgency.FIRST) is None  # not confirmed: a trial only
     assert seg.judge_trial(trial) is None  # nothing new yet
-    seg.feed(" booked")
+    seg.feed(" it")
     assert seg.judge_trial(trial) is True
-    seg.feed(" you.")
+    seg.feed(" for you.")
     seg.close()
-    assert drain(seg) == ["booked you."]
+    assert drain(seg) == ["it for you."]
     grown = Segmenter()
-    grown.feed("I have")
+    grown.feed("I see")
     trial = grown.trial_first()
-    assert trial is not None and grown.trial_first(first_chars=7) is None  # too short
-    grown.feed("n't")
+    assert trial is not None and grown.trial_first(first_chars=6) is None  # too short
+    grown.feed("m")
     assert grown.judge_trial(trial) is False
     assert grown.next_segment(Urgency.FIRST) is None  # all of it left for the next cut
-    grown.feed(" seen")
+    grown.feed(" fine")
     got = grown.next_segment(Urgency.FIRST)
-    assert got is not None and got.text == "I haven't"
+    assert got is not None and got.text == "I seem"
+    leaning = Segmenter()
+    leaning.feed("I have")
+    assert leaning.trial_first() is None  # "have" leads into its verb: no phrase yet
 
 
 def test_flush_takes_everything_pending_even_a_partial_word() -> None:

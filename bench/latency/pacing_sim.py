@@ -22,6 +22,7 @@ from bench.capacity.simulate import POLICIES, Machine, Simulation
 from bench.common import BURST_REPLIES, REPLIES, rate_list
 from bench.harness.connections import Turn
 from bench.harness.summaries import fmt, render
+from bench.listening.phrasing import split_phrases
 
 
 def lone(rate: float, replies: Sequence[str]) -> list[Turn]:
@@ -49,10 +50,12 @@ def row(rate: float, turns: Sequence[Turn]) -> list[str]:
     stall = [t.playback.underrun_ms for t in turns]
     mids = [s for t in turns for s in t.segments[1:-1]]
     words = [len(s.split()) for t in turns for s in t.segments]
+    splits = [split_phrases(t.segments) for t in turns]
     return [
         f"{rate:g}", fmt(statistics.median(ttfa)), fmt(max(ttfa)), fmt(statistics.median(stall)),
         fmt(max(stall)), f"{sum(s > 100 for s in stall)}/{len(stall)}",
         f"{sum(len(s.split()) == 1 for s in mids)}/{len(mids)}", f"{statistics.median(words):g}",
+        f"{sum(s for s, _ in splits)}/{sum(n for _, n in splits)}",
     ]  # fmt: skip
 
 
@@ -63,7 +66,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     args = parser.parse_args(argv)
     replies = REPLIES + BURST_REPLIES
     header = ["tok/s", "fa p50", "fa max", "stall med", "stall max", "stall>100", "1-word mid",
-              "words/seg"]  # fmt: skip
+              "words/seg", "split phrase"]  # fmt: skip
     rows = []
     for rate in args.rates:
         turns = lone(rate, replies)

@@ -56,7 +56,7 @@ def alone_table(alone: dict[tuple[str, float], Listening], buffer_ms: float) -> 
     header = [
         "rate", "server", "first audio p50/p95", "stall med/worst",
         f"with {buffer_ms:.0f} ms buffer", f"stalled >{STALL_MS:.0f}", "1-word mid",
-        "words/seg", "segs/reply",
+        "split phrase", "words/seg", "segs/reply",
     ]  # fmt: skip
     rows = []
     for (server, rate), s in alone.items():
@@ -72,6 +72,7 @@ def cells(s: Listening) -> list[str]:
         f"{fmt(s.buffered_med_ms)} / {fmt(s.buffered_worst_ms)}",
         f"{s.stalled}/{s.replies}{fails}",
         f"{s.one_word_mid}/{s.mid_segments}",
+        f"{s.split_phrases}/{s.cuts}",
         fmt(s.words_per_segment, ".1f"),
         fmt(s.segments_med, ".0f"),
     ]
@@ -80,7 +81,7 @@ def cells(s: Listening) -> list[str]:
 def burst_table(bursts: dict[str, Listening], buffer_ms: float) -> str:
     header = [
         "server", "first audio p50/p95", "stall med/worst", f"with {buffer_ms:.0f} ms buffer",
-        f"stalled >{STALL_MS:.0f}", "1-word mid", "words/seg", "segs/reply",
+        f"stalled >{STALL_MS:.0f}", "1-word mid", "split phrase", "words/seg", "segs/reply",
     ]  # fmt: skip
     return render(header, [[name, *cells(s)] for name, s in bursts.items()])
 
@@ -246,7 +247,9 @@ def report(
     print(
         f"\n1. Alone: {args.replies} replies x {args.repeats} pass(es), 4-character deltas. "
         f"Stall: all the silence in a reply after its first audio (no buffer), median and "
-        f"worst reply; 1-word mid: mid-reply segments of one word / mid-reply segments. "
+        f"worst reply; 1-word mid: mid-reply segments of one word / mid-reply segments; "
+        f"split phrase: cuts after a word that leads into the next ('near', 'should', "
+        f"'twelve') / cuts. "
         f"wyoming-piper's segments: its sentences (audio-start events)"
     )
     table = {

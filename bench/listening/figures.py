@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from bench.harness.connections import Turn
 from bench.harness.summaries import median, percentile
-from bench.listening.phrasing import median_words, one_word_mid
+from bench.listening.phrasing import median_words, one_word_mid, split_phrases
 from bench.listening.pitch import Contour, falls
 
 STALL_MS = 100.0
@@ -43,6 +43,9 @@ class Listening:
     """Replies with more than ``STALL_MS`` of silence (no buffer)."""
     one_word_mid: int
     mid_segments: int
+    split_phrases: int
+    """Cuts between a word that leads into the next and its head (``phrasing.split_phrases``)."""
+    cuts: int
     words_per_segment: float
     segments_med: float
 
@@ -53,6 +56,7 @@ class Listening:
         stalls = [heard_stall_ms(t) for t in good]
         buffered = [heard_stall_ms(t, buffer_s) for t in good]
         counts = [one_word_mid(t.segments) for t in good]
+        splits = [split_phrases(t.segments) for t in good]
         return cls(
             replies=len(turns),
             failed=len(turns) - len(good),
@@ -65,6 +69,8 @@ class Listening:
             stalled=sum(s > STALL_MS for s in stalls),
             one_word_mid=sum(one for one, _ in counts),
             mid_segments=sum(mid for _, mid in counts),
+            split_phrases=sum(split for split, _ in splits),
+            cuts=sum(cuts for _, cuts in splits),
             words_per_segment=median_words([t.segments for t in good]),
             segments_med=median([float(len(t.segments)) for t in good]),
         )

@@ -12,6 +12,8 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from voicews.text.segmenter import binds_forward
+
 _SPACE = re.compile(r"\s+")
 
 
@@ -26,6 +28,14 @@ def one_word_mid(segments: Sequence[str]) -> tuple[int, int]:
     prosody break. The first may be short by design and the last is what is left."""
     mid = segments[1:-1]
     return sum(len(text.split()) == 1 for text in mid), len(mid)
+
+
+def split_phrases(segments: Sequence[str]) -> tuple[int, int]:
+    """(cuts that split a phrase from its head, cuts): segment ends inside a reply, with no
+    mark after them, on a word heard as leading into the next ("near | the beach", "should |
+    bring it", "twelve | dollars": ``voicews.text.segmenter.binds_forward``)."""
+    ends = [text.split()[-1] for text in segments[:-1] if text.split()]
+    return sum(binds_forward(word) for word in ends), len(ends)
 
 
 def words_per_segment(segments: Sequence[str]) -> list[int]:

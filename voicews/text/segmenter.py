@@ -33,12 +33,33 @@ _URL_START = re.compile(r"(?i)[^\w\s]*(?:[a-z][a-z0-9+.-]*://|www\.)")  # a toke
 _URL_LIKE = re.compile(r"://|@|/|www\.|\w\.\w")
 _TOKEN = re.compile(r"\S+")
 _BINDS_FORWARD = frozenset(
-    """a an the this these those my your his her its our their some any every each of to in
-    on at for with from by into onto upon about under between through during without within
-    and or but nor than if""".split()
+    """a an the this these those my your his her its our their some any every each no another
+    both either neither such whose what of to in on at for with from by into onto upon about
+    under over between through during without within near past until till across behind
+    beside besides around toward towards against among along like per via beyond below above
+    beneath inside outside throughout except despite unlike versus than and or but nor if so
+    because although though unless whether while is are was were am be been being will
+    would can could should shall must may might do does did has have had cannot won't can't
+    don't doesn't didn't isn't aren't wasn't weren't haven't hasn't hadn't wouldn't couldn't
+    shouldn't not very there i we they he she it i'm i'll i've i'd you're you'll you've you'd we're
+    we'll we've we'd they're they'll they've they'd he's she's it's that's there's here's
+    what's let's two three four five six seven eight nine ten eleven twelve thirteen fourteen
+    fifteen sixteen seventeen eighteen nineteen twenty thirty forty fifty sixty seventy eighty
+    ninety hundred thousand million billion""".split()
 )
-"""Words heard as the start of what follows ("the", "of", "and"): a segment never ends on one,
-or its falling end would cut a phrase from its noun."""
+"""Words heard as the start of what follows: determiners, prepositions, conjunctions,
+auxiliaries, subject pronouns and "there", number words ("the", "near", "should", "I'm",
+"twelve"). A
+segment never ends on one, or its falling end would cut a phrase from its head: "hotels
+near | the beach", "Tickets are twelve | dollars", "The driver should | bring it"."""
+
+
+def binds_forward(word: str) -> bool:
+    """Whether a segment ending on ``word`` (no mark after it) cuts it from what it leads into
+    (:data:`_BINDS_FORWARD`; any case, curly apostrophes too)."""
+    return word.lstrip(_OPENERS).lower().replace("\u2019", "'") in _BINDS_FORWARD
+
+
 _PHRASE_STARTS = frozenset(
     """and or but so because which who whose where when while although though unless until
     since if that to for with from in on at by after before about during without""".split()
@@ -257,7 +278,7 @@ class Segmenter:
             return None
         if not words[-1].replace("'", "").replace("\u2019", "").isalpha():
             return None
-        if words[-1].lower() in _BINDS_FORWARD:
+        if binds_forward(words[-1]):
             return None  # "In the" is no phrase: wait for its noun
         if len(words) < self.config.words_first or len(text) > self.config.max_chars:
             return None
@@ -420,7 +441,7 @@ def _classify(token: str) -> Boundary | None:
         return Boundary.CLAUSE
     if _NUMBER.fullmatch(core):
         return None  # a number belongs with what follows: "3 p.m.", "18 degrees"
-    if core.lstrip(_OPENERS).lower() in _BINDS_FORWARD:
+    if binds_forward(core):
         return None  # "the", "of", "and": the start of what follows
     return Boundary.WORD
 
