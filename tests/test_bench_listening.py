@@ -75,7 +75,8 @@ def test_a_reply_pooled_with_others() -> None:
     assert (s.one_word_mid, s.mid_segments) == (2, 3)  # "that", "three"; first, last exempt
     assert s.one_word_share == pytest.approx(2 / 3)
     assert s.words_per_segment == 2  # 1, 3, 1, 2 and 2, 1, 3
-    assert (s.split_phrases, s.cuts) == (1, 5)  # "two | three": a number word leads on
+    # "that | for you" (heard as leading on, as in "that the"), "two | three", "three | four".
+    assert (s.split_phrases, s.cuts) == (3, 5)
 
 
 # --- phrasing -----------------------------------------------------------------------------------

@@ -101,9 +101,12 @@ def test_a_first_segment_holds_at_least_what_it_is_asked_to() -> None:
     # Never "help with": a preposition is heard as the start of what follows.
     assert seg.next_segment(Urgency.FIRST, first_chars=20) is None
     seg.feed(" today")
+    # Nor "with that": "that" is heard as leading on ("that the"); "today" may still grow.
+    assert seg.next_segment(Urgency.FIRST, first_chars=20) is None
+    seg.feed(" for")
     got = seg.next_segment(Urgency.FIRST, first_chars=20)
     assert got is not None and (got.text, got.boundary) == (
-        "Sure, I can help with that",
+        "Sure, I can help with that today",
         Boundary.WORD,
     )
     short = Segmenter()

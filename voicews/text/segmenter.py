@@ -33,15 +33,15 @@ _URL_START = re.compile(r"(?i)[^\w\s]*(?:[a-z][a-z0-9+.-]*://|www\.)")  # a toke
 _URL_LIKE = re.compile(r"://|@|/|www\.|\w\.\w")
 _TOKEN = re.compile(r"\S+")
 _BINDS_FORWARD = frozenset(
-    """a an the this these those my your his her its our their some any every each no another
-    both either neither such whose what of to in on at for with from by into onto upon about
-    under over between through during without within near past until till across behind
-    beside besides around toward towards against among along like per via beyond below above
-    beneath inside outside throughout except despite unlike versus than and or but nor if so
-    because although though unless whether while is are was were am be been being will
-    would can could should shall must may might do does did has have had cannot won't can't
-    don't doesn't didn't isn't aren't wasn't weren't haven't hasn't hadn't wouldn't couldn't
-    shouldn't not very there i we they he she it i'm i'll i've i'd you're you'll you've you'd we're
+    """a an the this these those my your his her its our their some any every each no another both
+    either neither such whose what of to in on at for with from by into onto upon about under
+    over between through during without within near past until till across behind beside
+    besides around toward towards against among along like per via beyond below above beneath
+    inside outside throughout except despite unlike versus than and or but nor if so because
+    although though unless whether while that is are was were am be been being will would can
+    could should shall must may might do does did has have had cannot won't can't don't doesn't
+    didn't isn't aren't wasn't weren't haven't hasn't hadn't wouldn't couldn't shouldn't not
+    very there here i we they he she it i'm i'll i've i'd you're you'll you've you'd we're
     we'll we've we'd they're they'll they've they'd he's she's it's that's there's here's
     what's let's two three four five six seven eight nine ten eleven twelve thirteen fourteen
     fifteen sixteen seventeen eighteen nineteen twenty thirty forty fifty sixty seventy eighty
