@@ -233,6 +233,18 @@ def test_a_critical_word_cut_never_ends_on_a_word_that_leads_into_the_next(
     assert got is not None and got.text == cut
 
 
+def test_a_critical_cut_with_no_other_word_end_in_hand_splits_a_phrase_rather_than_wait() -> None:
+    seg = Segmenter()
+    seg.feed("Here are your opt")  # "options:" still coming, and the listener about to run dry
+    assert seg.next_segment(Urgency.URGENT, fit=Fit(most=20, least=1)) is None
+    got = seg.next_segment(Urgency.CRITICAL, fit=Fit(most=20, least=1, lone=False))
+    assert got is not None and (got.text, got.boundary) == ("Here are your", Boundary.WORD)
+    seg.feed("ions: the")
+    assert seg.next_segment(Urgency.CRITICAL, fit=Fit(most=20, least=1)) == Segment(
+        "options:", Boundary.CLAUSE
+    )
+
+
 def test_a_piece_too_short_to_gain_ground_is_not_cut_and_a_stall_takes_the_shortest_that_does() -> (
     None
 ):

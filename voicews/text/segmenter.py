@@ -49,9 +49,9 @@ _BINDS_FORWARD = frozenset(
 )
 """Words heard as the start of what follows: determiners, prepositions, conjunctions,
 auxiliaries, subject pronouns and "there", number words ("the", "near", "should", "I'm",
-"twelve"). A
-segment never ends on one, or its falling end would cut a phrase from its head: "hotels
-near | the beach", "Tickets are twelve | dollars", "The driver should | bring it"."""
+"twelve"). A segment ends on one only where the listener would otherwise run dry with no other
+word end in hand, or its falling end cuts a phrase from its head: "hotels near | the beach",
+"Tickets are twelve | dollars", "The driver should | bring it"."""
 
 
 def binds_forward(word: str) -> bool:
@@ -245,6 +245,10 @@ class Segmenter:
             fitting = self._within_busy_cap(fitting, busy_cap)
         over_cap = len(self._buf.strip()) > cap
         if fit is not None and urgency in (Urgency.URGENT, Urgency.CRITICAL) and not over_cap:
+            if urgency is Urgency.CRITICAL and not fitting:
+                # No word end a phrase may end on ("Here are your" while "options:" comes):
+                # a phrase split is heard as less of a break than the silence.
+                fitting = [c for c in self._cuts(leaning=True) if c.chars <= cap]
             return self._fitted(urgency, fitting, fit)
         sentence = next((c for c in fitting if c.boundary is Boundary.SENTENCE), None)
         if sentence is not None:
@@ -384,9 +388,10 @@ class Segmenter:
         boundary = _classify(text.split()[-1]) or Boundary.WORD
         return Segment(text, boundary)
 
-    def _cuts(self, first: bool = False) -> list[_Cut]:
+    def _cuts(self, first: bool = False, leaning: bool = False) -> list[_Cut]:
         """Every confirmed place the buffer may be cut, in order; for a turn's ``first``
-        segment, a sentence end still growing counts too (:func:`_early_boundary`)."""
+        segment, a sentence end still growing counts too (:func:`_early_boundary`);
+        ``leaning``: after a word that leads into the next too (:func:`binds_forward`)."""
         buf = self._buf
         lead = len(buf) - len(buf.lstrip())
         cuts: list[_Cut] = []
@@ -404,7 +409,7 @@ class Segmenter:
             if final:
                 boundary = Boundary.SENTENCE
             elif end < len(buf):
-                boundary = _classify(token)
+                boundary = _classify(token, leaning)
                 if boundary is not None and "\n" in buf[end : end + 2]:
                     boundary = Boundary.SENTENCE
             else:
@@ -427,8 +432,9 @@ def _one_word_short(cut: _Cut, then: _Cut, cap: int) -> bool:
     )
 
 
-def _classify(token: str) -> Boundary | None:
-    """The boundary after a complete token, or None where no cut may be made."""
+def _classify(token: str, leaning: bool = False) -> Boundary | None:
+    """The boundary after a complete token, or None where no cut may be made (``leaning``:
+    a cut after a word that leads into the next may)."""
     core = token.rstrip(_CLOSERS)
     if not core:
         return Boundary.WORD
@@ -442,7 +448,7 @@ def _classify(token: str) -> Boundary | None:
     if _NUMBER.fullmatch(core):
         return None  # a number belongs with what follows: "3 p.m.", "18 degrees"
     if binds_forward(core):
-        return None  # "the", "of", "and": the start of what follows
+        return Boundary.WORD if leaning else None  # "the", "of": the start of what follows
     return Boundary.WORD
 
 
