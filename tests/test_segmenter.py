@@ -215,18 +215,19 @@ def test_a_critical_fitted_cut_is_the_longest_word_end_that_fits() -> None:
     ("text", "most", "cut"),
     [
         ("I found three hotels near the beach, and", 25, "I found three hotels"),  # not "near"
-        # Not "are", not "twelve": the clause, rather than "Tickets" alone.
-        ("Tickets are twelve dollars, and", 20, "Tickets are twelve dollars,"),
+        ("Tickets are twelve dollars, and", 30, "Tickets are twelve dollars,"),  # not "twelve"
         ("The driver should bring it over today, so", 18, "The driver"),  # not "should"
-        # Not "Okay I'm" (curly apostrophe or not): the word after it, rather than "Okay" alone.
-        ("Okay I\u2019m checking it now, and", 10, "Okay I\u2019m checking"),
+        ("Okay I\u2019m checking it now, and", 20, "Okay I\u2019m checking"),  # curly or not
+        # Nothing fits ending where a phrase may: after an auxiliary or a number word, not late.
+        ("Tickets are twelve dollars, and", 20, "Tickets are twelve"),
     ],
 )
-def test_a_critical_word_cut_never_ends_on_a_word_that_leads_into_the_next(
+def test_a_critical_word_cut_falls_before_a_word_that_leads_into_the_next(
     text: str, most: int, cut: str
 ) -> None:
     """Determiners, prepositions, auxiliaries, subject pronouns and number words are heard as
-    the start of what follows: the cut falls before them, never between them and their head."""
+    the start of what follows: the cut falls before them, not between them and their head,
+    wherever such a piece fits."""
     seg = Segmenter()
     seg.feed(text)
     got = seg.next_segment(Urgency.CRITICAL, fit=Fit(most=most, least=1))
@@ -237,12 +238,29 @@ def test_a_critical_cut_with_no_other_word_end_in_hand_splits_a_phrase_rather_th
     seg = Segmenter()
     seg.feed("Here are your opt")  # "options:" still coming, and the listener about to run dry
     assert seg.next_segment(Urgency.URGENT, fit=Fit(most=20, least=1)) is None
+    # An auxiliary's end before a determiner's: "your options" stays whole.
     got = seg.next_segment(Urgency.CRITICAL, fit=Fit(most=20, least=1, lone=False))
-    assert got is not None and (got.text, got.boundary) == ("Here are your", Boundary.WORD)
+    assert got is not None and (got.text, got.boundary) == ("Here are", Boundary.WORD)
     seg.feed("ions: the")
     assert seg.next_segment(Urgency.CRITICAL, fit=Fit(most=20, least=1)) == Segment(
-        "options:", Boundary.CLAUSE
+        "your options:", Boundary.CLAUSE
     )
+    again = Segmenter()
+    again.feed("In the opt")  # nothing but a determiner's end in hand
+    got = again.next_segment(Urgency.CRITICAL, fit=Fit(most=20, least=1, lone=False))
+    assert got is not None and got.text == "In the"
+
+
+def test_a_busy_worker_lets_a_critical_cut_end_on_any_word() -> None:
+    """Segments wait for the worker: the longest piece that fits, wherever it ends (the
+    longer pieces a phrase needs would take lanes from the other listeners)."""
+    calm, busy = Segmenter(), Segmenter()
+    for seg in (calm, busy):
+        seg.feed("The driver should bring it over today.")
+    got = calm.next_segment(Urgency.CRITICAL, fit=Fit(most=22, least=1))
+    assert got is not None and got.text == "The driver"
+    got = busy.next_segment(Urgency.CRITICAL, fit=Fit(most=22, least=1, split=True))
+    assert got is not None and got.text == "The driver should"
 
 
 def test_a_piece_too_short_to_gain_ground_is_not_cut_and_a_stall_takes_the_shortest_that_does() -> (

@@ -262,4 +262,4 @@ class Pacing:
         # The next word is due in about a word's time; with it the cut is a phrase.
         word = WORD_CHARS / max(self._arrival.rates.written, 1.0)
         lone = word + self.latency(self._max_chars // 10, ahead) - ahead > LONE_WAIT
-        return Fit(most=max(most, 0), least=least, lone=lone)
+        return Fit(most=max(most, 0), least=least, lone=lone, split=not self.calm)
