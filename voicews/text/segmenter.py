@@ -365,8 +365,10 @@ class Segmenter:
             pairs = [c for c in cuts if c.words > 1]
             # The next word in hand costs a few characters' compute: say it with this one.
             # Once the text is closed no next word comes: a lone last word is said, not kept.
-            # Nor where the word in hand after it leads on: the next alone makes no pair.
-            wait = not fit.lone and not self._closed and not self._leans_on()
+            # Nor where a word after it is in hand and makes no pair (it leads on): the next
+            # alone would not either.
+            whole = len(self._buf.split()) - (0 if self._buf[-1:].isspace() else 1)
+            wait = not fit.lone and not self._closed and (bool(pairs) or whole < 2)
             if wait or (pairs and pairs[0].spoken <= fit.most + _WORD_SLACK):
                 cuts = pairs
         sentence = next((c for c in cuts if c.boundary is Boundary.SENTENCE), None)
@@ -385,11 +387,6 @@ class Segmenter:
             return (phrases or good)[-1]
         gaining = [c for c in cuts if c.spoken >= fit.least]
         return gaining[0] if gaining else self._best(cuts)
-
-    def _leans_on(self) -> bool:
-        """The last whole word in hand leads into the next (:func:`binds_forward`)."""
-        words = self._buf.split() if self._buf[-1:].isspace() else self._buf.split()[:-1]
-        return bool(words) and binds_forward(words[-1])
 
     @staticmethod
     def _within_busy_cap(cuts: list[_Cut], busy_cap: int) -> list[_Cut]:
