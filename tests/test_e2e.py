@@ -140,20 +140,20 @@ async def test_words_are_placed_and_a_cut_turn_was_heard_to_the_word(
 
 
 async def test_first_words_tried_while_the_worker_is_idle_go_out_once_confirmed() -> None:
-    """ "I have" is synthesized before the next token says the word is whole; it goes out once
-    it does, and is dropped when the word grows ("haven't"): either way the client hears the
-    text as it was written, and the metrics count each trial."""
+    """ "I see" is synthesized before the next token says the word is whole; it goes out once
+    it does, and is dropped when the word grows ("seem"): either way the client hears the text
+    as it was written, and the metrics count each trial."""
     async with running() as srv, await RealtimeClient.connect(srv.url) as c:
         confirmed = await c.speak(
-            ["I", " have", " booked", " a", " table."], tokens_per_s=10, timeout=timeout(20)
+            ["I", " see", " your", " table."], tokens_per_s=10, timeout=timeout(20)
         )
         grown = await c.speak(
-            ["I", " have", "n't", " seen", " it."], tokens_per_s=10, timeout=timeout(20)
+            ["I", " see", "m", " fine", " now."], tokens_per_s=10, timeout=timeout(20)
         )
         metrics = (await http_get(srv.port, "/metrics"))[2].decode()
-    assert [g.text for g in confirmed.segments][:1] == ["I have"]
-    assert [g.text for g in grown.segments][:1] == ["I haven't"]
-    assert [w.text for w in grown.words][:3] == ["I", "haven't", "seen"]
+    assert [g.text for g in confirmed.segments][:1] == ["I see"]
+    assert [g.text for g in grown.segments][:1] == ["I seem"]
+    assert [w.text for w in grown.words][:3] == ["I", "seem", "fine"]
     assert not confirmed.errors and not grown.errors
     for outcome, count in (("confirmed", 2), ("dropped", 1)):
         line = f'voicews_first_word_trials_total{{outcome="{outcome}"}} {count:.1f}'
