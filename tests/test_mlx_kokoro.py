@@ -337,7 +337,8 @@ def test_adain_and_adalayernorm_are_the_formulas() -> None:
 @pytest.mark.parametrize("upsampling", [False, True])
 def test_side_by_side_residual_blocks_are_each_alone(matmul: bool, upsampling: bool) -> None:
     """Two AdainResBlocks of one shape as one block over their channels side by side (the
-    F0 and energy branches): each block's output, on its own channels."""
+    F0 and energy branches), their norms' styles broadcast as a group: each block's output
+    alone, on its own channels."""
     rng = np.random.default_rng(5)
     c_in, c_out, styles_in, length = 6, 4, 3, 11
     shapes: dict[str, tuple[int, ...]] = {
@@ -362,7 +363,7 @@ def test_side_by_side_residual_blocks_are_each_alone(matmul: bool, upsampling: b
     xs = [mx.array(rng.normal(0.0, 1.0, (length, c_in)).astype(np.float32)) for _ in "ab"]
     banks = [StyleBank() for _ in range(3)]
     alone = [AdainResBlock(w, m, matmul, bank) for m, bank in zip("ab", banks[:2], strict=True)]
-    together = AdainResBlock(w, ["a", "b"], matmul, banks[2])
+    together = AdainResBlock(w, ["a", "b"], matmul, banks[2], "frames")
     expected = [
         np.array(block(x, bank(style))) for block, x, bank in zip(alone, xs, banks[:2], strict=True)
     ]
@@ -441,8 +442,8 @@ def test_the_generators_block_is_styletts2s(matmul: bool) -> None:
 def test_the_generators_three_blocks_run_as_one(matmul: bool, biased: bool) -> None:
     """Three generator blocks on one input (kernels 3, 5, 7), side by side on their channels
     in a batched ``(1, T, C)`` layout: the sum of StyleTTS 2's blocks each alone, in float64,
-    to float32's rounding; ``biased=False`` leaves their second convolutions' biases out,
-    summed into ``bias``."""
+    to float32's rounding, their norms' styles broadcast as a group; ``biased=False`` leaves
+    their second convolutions' biases out, summed into ``bias``."""
     rng = np.random.default_rng(7)
     channels, styles_in, length = 4, 3, 40
     kernels = {"a": 3, "b": 5, "c": 7}
@@ -454,7 +455,9 @@ def test_the_generators_three_blocks_run_as_one(matmul: bool, biased: bool) -> N
     expected = sum(styletts2_block(w, m, x, style) for m in kernels)
     weights = {k: mx.array(v.astype(np.float32)) for k, v in w.items()}
     bank = StyleBank()
-    blocks = AdaINResBlock1(weights, list(kernels), (1, 3, 5), matmul, bank, biased=biased)
+    blocks = AdaINResBlock1(
+        weights, list(kernels), (1, 3, 5), matmul, bank, biased=biased, group="stage"
+    )
     styles = bank(mx.array(style.astype(np.float32)))
     got = blocks(mx.array(x[None].astype(np.float32)), styles)
     assert got.shape == (1, length, channels)

@@ -20,6 +20,7 @@ from .mlx_layers import (
     Linear,
     StridedConv,
     StyleBank,
+    Styles,
     Weights,
     same_conv,
 )
@@ -58,6 +59,7 @@ class AdaINResBlock1:
         bank: StyleBank,
         *,
         biased: bool = True,
+        group: str | None = None,
     ) -> None:
         modules = [module] if isinstance(module, str) else module
 
@@ -76,9 +78,13 @@ class AdaINResBlock1:
             alpha1, alpha2 = alphas(f"alpha1.{j}"), alphas(f"alpha2.{j}")
             self.stages.append(
                 (
-                    GroupedAdaIN(w, [f"{m}.adain1.{j}" for m in modules], bank, alpha1),
+                    GroupedAdaIN(
+                        w, [f"{m}.adain1.{j}" for m in modules], bank, alpha1, group=group
+                    ),
                     convs(f"convs1.{j}", alpha1, d, True),  # adain2 follows
-                    GroupedAdaIN(w, [f"{m}.adain2.{j}" for m in modules], bank, alpha2),
+                    GroupedAdaIN(
+                        w, [f"{m}.adain2.{j}" for m in modules], bank, alpha2, group=group
+                    ),
                     convs(f"convs2.{j}", alpha2, 1, not biased),
                 )
             )
@@ -87,7 +93,7 @@ class AdaINResBlock1:
         self.bias = mx.array(bias)
         """The second convolutions' biases, summed: what ``biased=False`` leaves out."""
 
-    def __call__(self, x: mx.array, styles: list[mx.array]) -> mx.array:
+    def __call__(self, x: mx.array, styles: Styles) -> mx.array:
         x = x if self.blocks == 1 else mx.concatenate([x] * self.blocks, axis=-1)
         for norm1, convs1, norm2, convs2 in self.stages:
             y = _side_by_side(convs1, snake_scaled(norm1(x, styles)))
@@ -220,7 +226,7 @@ class Generator:
                 else same_conv(w, f"{g}.noise_convs.1", matmul, normed=True)
             )
             noise_res = AdaINResBlock1(
-                w, f"{g}.noise_res.{i}", (1, 3, 5), matmul, bank, biased=False
+                w, f"{g}.noise_res.{i}", (1, 3, 5), matmul, bank, biased=False, group=f"stage {i}"
             )
             blocks = AdaINResBlock1(
                 w,
@@ -229,6 +235,7 @@ class Generator:
                 matmul,
                 bank,
                 biased=False,
+                group=f"stage {i}",
             )
             shift = np.asarray(w[f"{g}.ups.{i}.bias"]) + np.asarray(w[f"{g}.noise_convs.{i}.bias"])
             constant = self._BLOCKS * (shift + np.asarray(noise_res.bias)) + np.asarray(blocks.bias)
@@ -238,14 +245,14 @@ class Generator:
             w, f"{g}.conv_post", matmul, input_scale=np.full(channels, 1.0 / self._BLOCKS)
         )
 
-    def __call__(self, x: mx.array, styles: list[mx.array], f0: mx.array) -> mx.array:
+    def __call__(self, x: mx.array, styles: Styles, f0: mx.array) -> mx.array:
         return self.stft.inverse(self.spectrum(x, styles, self.harmonics(f0)))
 
     def harmonics(self, f0: mx.array) -> mx.array:
         """The harmonic source's magnitudes and phases, ``(120 * frames + 1, 22)``."""
         return self.stft.magnitude_phase(self.source(f0))
 
-    def spectrum(self, x: mx.array, styles: list[mx.array], harmonics: mx.array) -> mx.array:
+    def spectrum(self, x: mx.array, styles: Styles, harmonics: mx.array) -> mx.array:
         """The decoder's ``(1, 2 * frames, 512)`` upsampled twice with residual blocks, driven
         by the harmonics: the ``(1, 120 * frames + 1, 22)`` log magnitudes and phases the
         inverse STFT turns into audio."""
@@ -267,16 +274,18 @@ class Decoder:
         self.f0_conv = StridedConv(w[f"{d}.F0_conv.weight"], w[f"{d}.F0_conv.bias"], 2, 1, matmul)
         self.n_conv = StridedConv(w[f"{d}.N_conv.weight"], w[f"{d}.N_conv.bias"], 2, 1, matmul)
         self.styles = StyleBank()
-        self.encode = AdainResBlock(w, f"{d}.encode", matmul, self.styles)
+        self.encode = AdainResBlock(w, f"{d}.encode", matmul, self.styles, "frames")
         self.asr_res = same_conv(w, f"{d}.asr_res.0", matmul)
-        self.decode = [AdainResBlock(w, f"{d}.decode.{i}", matmul, self.styles) for i in range(4)]
+        self.decode = [
+            AdainResBlock(w, f"{d}.decode.{i}", matmul, self.styles, "frames") for i in range(4)
+        ]
         self.generator = Generator(w, matmul, self.styles)
 
     def __call__(self, asr: mx.array, f0: mx.array, n: mx.array, style: mx.array) -> mx.array:
         styles = self.styles(style)
         return self.generator(self.hidden(asr, f0, n, styles), styles, f0)
 
-    def hidden(self, asr: mx.array, f0: mx.array, n: mx.array, styles: list[mx.array]) -> mx.array:
+    def hidden(self, asr: mx.array, f0: mx.array, n: mx.array, styles: Styles) -> mx.array:
         """The generator's input, ``(1, 2 * frames, 512)``: text features with F0 and energy,
         batched from here on (MLX's convolutions take that layout as is)."""
         asr = asr.reshape(1, *asr.shape)

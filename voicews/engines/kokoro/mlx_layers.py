@@ -161,43 +161,102 @@ def _plus_one_gamma(w: Weights, module: str, times: np.ndarray | None = None) ->
 
 
 class StyleBank:
-    """Every style projection of one component (its AdaINs), as one matmul and one split: the
-    style vector is the same for all of them, so dozens of small matmuls, each with its split,
-    become one. Each norm registers its projection here and reads its own slot."""
+    """Every style projection of one component (its norms), as one matmul: the style vector is
+    the same for all of them, so dozens of small matmuls, each with its split, become one.
+    Each norm registers its projection here, in the ``group`` of norms whose inputs have one
+    shape but for their channels (one time length), or in none (each its own broadcast)."""
 
     def __init__(self) -> None:
-        self._parts: list[Linear] = []
+        self._parts: list[tuple[Linear, str | None]] = []
         self._weight: mx.array | None = None
         self._bias = mx.array(0.0)
-        self._cuts: list[int] = []
+        self._groups: list[str | None] = []
+        self._group_cuts: list[int] = []
+        self._cuts: dict[str | None, list[int]] = {}
+        self._where: list[tuple[str | None, int]] = []
 
-    def add(self, fc: Linear) -> int:
-        """The slot of ``fc``'s ``(scale, shift)`` in what a call returns."""
-        self._parts.append(fc)
-        return 2 * (len(self._parts) - 1)
+    def add(self, fc: Linear, group: str | None = None) -> int:
+        """The slot of ``fc``'s ``(scale, shift)``: what ``Styles`` are asked for."""
+        self._parts.append((fc, group))
+        return len(self._parts) - 1
 
-    def __call__(self, style: mx.array) -> list[mx.array]:
-        """``[scale_0, shift_0, scale_1, shift_1, ...]``, in the order they were added."""
+    def __call__(self, style: mx.array) -> Styles:
         if self._weight is None:  # every norm is registered by the first call
-            self._weight = mx.array(np.concatenate([p.weight_t for p in self._parts], axis=1))
-            biases = [p.bias for p in self._parts if p.bias is not None]
-            self._bias = mx.array(np.concatenate(biases))
-            halves = [int(p.weight_t.shape[1]) // 2 for p in self._parts for _ in range(2)]
-            self._cuts = np.cumsum(halves)[:-1].tolist()
-        return split_at(mx.addmm(self._bias, style, self._weight), self._cuts, 0)
+            self._weight = self._arrange()
+        flat = mx.addmm(self._bias, style, self._weight)
+        vectors = split_at(flat, self._group_cuts, 0)
+        return Styles(dict(zip(self._groups, vectors, strict=True)), self._cuts, self._where)
+
+    def _arrange(self) -> mx.array:
+        """The projections' weights, group by group, each norm's scale then shift (their
+        biases and cuts kept)."""
+        self._groups = list(dict.fromkeys(group for _, group in self._parts))
+        members = {
+            g: [(i, fc) for i, (fc, group) in enumerate(self._parts) if group == g]
+            for g in self._groups
+        }
+        self._where = [(None, 0)] * len(self._parts)
+        columns, sizes = [], []
+        for group in self._groups:
+            halves = []
+            for k, (slot, fc) in enumerate(members[group]):
+                self._where[slot] = (group, 2 * k)
+                columns.append(fc)
+                halves += [int(fc.weight_t.shape[1]) // 2] * 2
+            self._cuts[group] = np.cumsum(halves)[:-1].tolist()
+            sizes.append(sum(halves))
+        self._group_cuts = np.cumsum(sizes)[:-1].tolist()
+        self._bias = mx.array(np.concatenate([np.asarray(fc.bias) for fc in columns]))
+        return mx.array(np.concatenate([fc.weight_t for fc in columns], axis=1))
+
+
+class Styles:
+    """One call of a bank: each norm's scale and shift. A group's are broadcast to the shape of
+    its first input that asks (known only then) and cut from there, together: one broadcast and
+    a few splits, where each norm's scale and shift were a broadcast each."""
+
+    def __init__(
+        self,
+        vectors: dict[str | None, mx.array],
+        cuts: dict[str | None, list[int]],
+        where: list[tuple[str | None, int]],
+    ) -> None:
+        self._vectors, self._cuts, self._where = vectors, cuts, where
+        self._parts: dict[str | None, list[mx.array]] = {}
+
+    def __call__(self, slot: int, x: mx.array) -> tuple[mx.array, mx.array]:
+        """Slot ``slot``'s scale and shift for the input ``x``: ``(C,)`` each, or ``x``'s shape
+        where the slot has a group."""
+        group, index = self._where[slot]
+        if group not in self._parts:
+            vector = self._vectors[group]
+            if group is not None:
+                vector = mx.broadcast_to(vector, (*x.shape[:-1], vector.shape[0]))
+            self._parts[group] = split_at(vector, self._cuts[group], -1)
+        scale, shift = self._parts[group][index : index + 2]
+        assert group is None or scale.shape[:-1] == x.shape[:-1], f"{group}: another length"
+        return scale, shift
 
 
 class AdaIN:
-    """Instance norm whose scale and shift come from the style vector (through a bank), the
-    result times ``times`` per channel where given (folded into the projection)."""
+    """Instance norm whose scale and shift come from the style vector (through a bank, in
+    ``group``), the result times ``times`` per channel where given (folded into the
+    projection)."""
 
     def __init__(
-        self, w: Weights, module: str, bank: StyleBank, times: np.ndarray | None = None
+        self,
+        w: Weights,
+        module: str,
+        bank: StyleBank,
+        times: np.ndarray | None = None,
+        *,
+        group: str | None = None,
     ) -> None:
-        self.slot = bank.add(_plus_one_gamma(w, module, times))
+        self.slot = bank.add(_plus_one_gamma(w, module, times), group)
 
-    def __call__(self, x: mx.array, styles: list[mx.array]) -> mx.array:
-        return styles[self.slot] * instance_norm(x) + styles[self.slot + 1]
+    def __call__(self, x: mx.array, styles: Styles) -> mx.array:
+        scale, shift = styles(self.slot, x)
+        return scale * instance_norm(x) + shift
 
 
 class GroupedAdaIN(AdaIN):
@@ -211,6 +270,8 @@ class GroupedAdaIN(AdaIN):
         modules: list[str],
         bank: StyleBank,
         times: list[np.ndarray] | None = None,
+        *,
+        group: str | None = None,
     ) -> None:
         factors: list[np.ndarray | None] = list(times) if times else [None] * len(modules)
         fcs = [_plus_one_gamma(w, m, t) for m, t in zip(modules, factors, strict=True)]
@@ -219,15 +280,15 @@ class GroupedAdaIN(AdaIN):
         weight_t = np.concatenate([h[0] for h in weights] + [h[1] for h in weights], axis=1)
         bias = np.concatenate([b[0] for b in biases] + [b[1] for b in biases])
         fc = Linear({"g.weight": mx.array(weight_t.T), "g.bias": mx.array(bias)}, "g")
-        self.slot = bank.add(fc)
+        self.slot = bank.add(fc, group)
 
 
 class AdaLayerNorm:
     def __init__(self, w: Weights, module: str, bank: StyleBank) -> None:
         self.slot = bank.add(_plus_one_gamma(w, module))
 
-    def __call__(self, x: mx.array, styles: list[mx.array]) -> mx.array:
-        return mx.fast.layer_norm(x, styles[self.slot], styles[self.slot + 1], 1e-5)
+    def __call__(self, x: mx.array, styles: Styles) -> mx.array:
+        return mx.fast.layer_norm(x, *styles(self.slot, x), 1e-5)
 
 
 def _sigmoid_gates_first(w: mx.array) -> np.ndarray:
@@ -381,11 +442,21 @@ class AdainResBlock:
     ``module`` a list: blocks of the same shape side by side, each on its own consecutive
     channels of the input and output (as one block: the prosody's F0 and energy branches).
     With a shortcut convolution the sum's ``1 / sqrt(2)`` is folded into both convolutions'
-    weights (a product and its broadcast a call less)."""
+    weights (a product and its broadcast a call less). ``group``: its norms' group in the
+    bank (the second norm's is ``"{group} x2"`` where the block doubles the frame rate)."""
 
-    def __init__(self, w: Weights, module: str | list[str], matmul: bool, bank: StyleBank) -> None:
+    def __init__(
+        self,
+        w: Weights,
+        module: str | list[str],
+        matmul: bool,
+        bank: StyleBank,
+        group: str | None = None,
+    ) -> None:
         modules = [module] if isinstance(module, str) else module
         first = modules[0]
+        upsampled = f"{first}.pool.weight" in w
+        after = f"{group} x2" if group is not None and upsampled else group
         self.scale = None if f"{first}.conv1x1.weight" in w else 1.0 / math.sqrt(2.0)
         if self.scale is None:
             w = w | {
@@ -396,11 +467,11 @@ class AdainResBlock:
                 if f"{m}.{conv}.{p}" in w
             }
         if len(modules) == 1:
-            self.norm1: AdaIN = AdaIN(w, f"{first}.norm1", bank)
-            self.norm2: AdaIN = AdaIN(w, f"{first}.norm2", bank)
+            self.norm1: AdaIN = AdaIN(w, f"{first}.norm1", bank, group=group)
+            self.norm2: AdaIN = AdaIN(w, f"{first}.norm2", bank, group=after)
         else:
-            self.norm1 = GroupedAdaIN(w, [f"{m}.norm1" for m in modules], bank)
-            self.norm2 = GroupedAdaIN(w, [f"{m}.norm2" for m in modules], bank)
+            self.norm1 = GroupedAdaIN(w, [f"{m}.norm1" for m in modules], bank, group=group)
+            self.norm2 = GroupedAdaIN(w, [f"{m}.norm2" for m in modules], bank, group=after)
         self.conv1, self.conv2 = (
             grouped_same_conv(w, [f"{m}.conv1" for m in modules], matmul, normed=True),
             grouped_same_conv(w, [f"{m}.conv2" for m in modules], matmul),
@@ -415,11 +486,11 @@ class AdainResBlock:
                 mx.array(np.concatenate([np.asarray(w[f"{m}.pool.weight"]) for m in modules])),
                 mx.array(np.concatenate([np.asarray(w[f"{m}.pool.bias"]) for m in modules])),
             )
-            if f"{first}.pool.weight" in w
+            if upsampled
             else None
         )
 
-    def __call__(self, x: mx.array, styles: list[mx.array]) -> mx.array:
+    def __call__(self, x: mx.array, styles: Styles) -> mx.array:
         y = leaky_relu(self.norm1(x, styles), 0.2)
         if self.pool is not None:
             y = self.pool(y)
