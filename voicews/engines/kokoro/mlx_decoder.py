@@ -289,8 +289,12 @@ class Decoder:
 
     def __init__(self, w: Weights, matmul: bool) -> None:
         d = "decoder"
-        self.f0_conv = StridedConv(w[f"{d}.F0_conv.weight"], w[f"{d}.F0_conv.bias"], 2, 1, matmul)
-        self.n_conv = StridedConv(w[f"{d}.N_conv.weight"], w[f"{d}.N_conv.bias"], 2, 1, matmul)
+        # F0's and energy's convolutions (one channel each) as one, block-diagonal.
+        f0_weight, n_weight = (np.asarray(w[f"{d}.{m}_conv.weight"]) for m in ("F0", "N"))
+        weight = np.zeros((2, f0_weight.shape[1], 2), np.float32)  # (out, kernel, in)
+        weight[0, :, 0], weight[1, :, 1] = f0_weight[0, :, 0], n_weight[0, :, 0]
+        bias = np.concatenate([np.asarray(w[f"{d}.{m}_conv.bias"]) for m in ("F0", "N")])
+        self.f0_n_conv = StridedConv(mx.array(weight), mx.array(bias), 2, 1, matmul)
         self.styles = StyleBank()
         self.encode = AdainResBlock(w, f"{d}.encode", matmul, self.styles, "frames")
         self.asr_res = same_conv(w, f"{d}.asr_res.0", matmul)
@@ -307,10 +311,9 @@ class Decoder:
         """The generator's input, ``(1, 2 * frames, 512)``: text features with F0 and energy,
         batched from here on (MLX's convolutions take that layout as is)."""
         asr = asr.reshape(1, *asr.shape)
-        f0_frames = self.f0_conv(f0.reshape(1, -1, 1))
-        n_frames = self.n_conv(n.reshape(1, -1, 1))
-        x = self.encode(mx.concatenate([asr, f0_frames, n_frames], axis=-1), styles)
-        residual = mx.concatenate([self.asr_res(asr), f0_frames, n_frames], axis=-1)
+        f0_n = self.f0_n_conv(mx.stack([f0, n], axis=-1)[None])
+        x = self.encode(mx.concatenate([asr, f0_n], axis=-1), styles)
+        residual = mx.concatenate([self.asr_res(asr), f0_n], axis=-1)
         for block in self.decode:
             x = block(mx.concatenate([x, residual], axis=-1), styles)
         return x

@@ -421,18 +421,21 @@ def run_bilstms(lstms: list[BiLSTM], inputs: list[mx.array]) -> list[mx.array]:
 
 
 class DepthwiseUpsample:
-    """``ConvTranspose1d(C, C, 3, stride=2, padding=1, output_padding=1, groups=C)``: T -> 2T."""
+    """``ConvTranspose1d(C, C, 3, stride=2, padding=1, output_padding=1, groups=C)``: T -> 2T.
+    Its even and odd outputs side by side on the channels are, reshaped, the interleaved
+    output: one concatenation, reshape and bias where stacking and two biases were more."""
 
     def __init__(self, weight: mx.array, bias: mx.array) -> None:
-        self.taps = weight[:, :, 0].T  # (3, C)
-        self.bias = bias
+        taps = np.asarray(weight)[:, :, 0].T  # (3, C)
+        self.taps = [mx.array(np.ascontiguousarray(t)) for t in taps]
+        self.bias = mx.array(np.tile(np.asarray(bias), 2))
 
     def __call__(self, x: mx.array) -> mx.array:
         nxt = pad_time(x[..., 1:, :], 0, 1)
-        even = x * self.taps[1] + self.bias
-        odd = x * self.taps[2] + nxt * self.taps[0] + self.bias
+        odd = x * self.taps[2] + nxt * self.taps[0]
         *batch, length, channels = x.shape
-        return mx.stack([even, odd], axis=-2).reshape(*batch, 2 * length, channels)
+        both = mx.concatenate([x * self.taps[1], odd], axis=-1) + self.bias
+        return both.reshape(*batch, 2 * length, channels)
 
 
 class AdainResBlock:
