@@ -20,6 +20,7 @@ from .mlx_layers import (
     Linear,
     StridedConv,
     StyleBank,
+    Styles,
     Weights,
     same_conv,
 )
@@ -58,6 +59,7 @@ class AdaINResBlock1:
         bank: StyleBank,
         *,
         biased: bool = True,
+        group: str | None = None,
     ) -> None:
         modules = [module] if isinstance(module, str) else module
 
@@ -76,9 +78,13 @@ class AdaINResBlock1:
             alpha1, alpha2 = alphas(f"alpha1.{j}"), alphas(f"alpha2.{j}")
             self.stages.append(
                 (
-                    GroupedAdaIN(w, [f"{m}.adain1.{j}" for m in modules], bank, alpha1),
+                    GroupedAdaIN(
+                        w, [f"{m}.adain1.{j}" for m in modules], bank, alpha1, group=group
+                    ),
                     convs(f"convs1.{j}", alpha1, d, True),  # adain2 follows
-                    GroupedAdaIN(w, [f"{m}.adain2.{j}" for m in modules], bank, alpha2),
+                    GroupedAdaIN(
+                        w, [f"{m}.adain2.{j}" for m in modules], bank, alpha2, group=group
+                    ),
                     convs(f"convs2.{j}", alpha2, 1, not biased),
                 )
             )
@@ -87,7 +93,7 @@ class AdaINResBlock1:
         self.bias = mx.array(bias)
         """The second convolutions' biases, summed: what ``biased=False`` leaves out."""
 
-    def __call__(self, x: mx.array, styles: list[mx.array]) -> mx.array:
+    def __call__(self, x: mx.array, styles: Styles) -> mx.array:
         x = x if self.blocks == 1 else mx.concatenate([x] * self.blocks, axis=-1)
         for norm1, convs1, norm2, convs2 in self.stages:
             y = _side_by_side(convs1, snake_scaled(norm1(x, styles)))
@@ -110,31 +116,43 @@ def snake_scaled(u: mx.array) -> mx.array:
     return u + mx.square(mx.sin(u))
 
 
-def _resize_linear(x: mx.array, scale: int) -> mx.array:
-    """``Resize(mode=linear, half_pixel)`` by an integer factor along time, edges clamped."""
-    n = x.shape[0]
+def _linear_taps(n: int, scale: int) -> tuple[mx.array, np.ndarray]:
+    """``Resize(mode=linear, half_pixel)`` by an integer factor along time, edges clamped, as
+    taps: output sample ``scale q + r`` is input rows ``index[q, r]`` times ``weights[q, r]``
+    (each ``(2,)``: the rows below and above it)."""
     src = np.maximum((np.arange(n * scale) + 0.5) / scale - 0.5, 0.0)
     lo = np.floor(src).astype(np.int32)
     hi = np.minimum(lo + 1, n - 1)
-    frac = mx.array((src - lo).astype(np.float32))[:, None]
-    return x[mx.array(lo)] * (1.0 - frac) + x[mx.array(hi)] * frac
+    frac = (src - lo).astype(np.float32)
+    index = np.stack([lo, hi], axis=1).reshape(n, scale, 2)
+    weights = np.stack([np.float32(1.0) - frac, frac], axis=1).reshape(n, scale, 2, 1)
+    return mx.array(index), weights
 
 
 class HarmonicSource:
     """F0 -> the summed, tanh-squashed harmonics the generator is driven by (no noise: the
-    export dropped SineGen's random phases and noise)."""
+    export dropped SineGen's random phases and noise).
+
+    Unvoiced F0 values are silenced through the interpolation's weights (their samples' phase
+    made zero, whose sine is zero), not by a mask of the sines; the sines' amplitude is folded
+    into the linear's weights. The samples stay ``(F0 values, 300, ...)`` until the end."""
 
     def __init__(self, w: Weights) -> None:
-        self.linear = Linear(w, "decoder.generator.m_source.l_linear")
+        linear = Linear(w, "decoder.generator.m_source.l_linear")
+        self.weight = mx.array(np.asarray(linear.weight_t) * np.float32(_SINE_AMP))
+        assert linear.bias is not None
+        self.bias = linear.bias
+        self.harmonics = mx.array(np.arange(1, _HARMONICS + 1, dtype=np.float32)[None])
 
     def __call__(self, f0: mx.array) -> mx.array:
-        harmonics = f0[:, None] * mx.arange(1, _HARMONICS + 1, dtype=mx.float32)  # per F0 value
-        rad = harmonics / SAMPLE_RATE
+        n = f0.shape[0]
+        rad = (f0[:, None] @ self.harmonics) / SAMPLE_RATE  # per F0 value and harmonic
         rad = rad - mx.floor(rad)
-        phase = mx.cumsum(rad, axis=0) * 2.0 * math.pi * _UPSAMPLE  # in the export's order
-        sines = mx.sin(_resize_linear(phase, _UPSAMPLE)) * _SINE_AMP
-        voiced = mx.repeat(f0 > _VOICED_THRESHOLD, _UPSAMPLE).astype(mx.float32)[:, None]
-        return mx.tanh(self.linear(sines * voiced))[:, 0]
+        phase = mx.cumsum(rad, axis=0) * (2.0 * math.pi) * _UPSAMPLE  # in the export's order
+        index, weights = _linear_taps(n, _UPSAMPLE)
+        voiced = (f0 > _VOICED_THRESHOLD).reshape(n, 1, 1, 1)
+        sines = mx.sin((phase[index] * (mx.array(weights) * voiced)).sum(axis=2))
+        return mx.tanh(mx.addmm(self.bias, sines, self.weight)).reshape(-1)
 
 
 class Stft:
@@ -157,25 +175,33 @@ class Stft:
         # Output sample q*hop + r sums frames q-j at taps j*hop + r: `taps` taps, `hop` phases.
         phases = inverse.reshape(-1, taps, _HOP).transpose(2, 1, 0)[:, ::-1, :]
         self._inverse = Conv(mx.array(np.ascontiguousarray(phases)), None, matmul=matmul)
-        self._window_sum = np.asarray(w["decoder.generator.istft.window_sum"])
+        window_sum = np.asarray(w["decoder.generator.istft.window_sum"])
+        self._head = np.ones(_N_FFT, np.float32)
+        nonzero = window_sum > np.finfo(np.float32).tiny
+        self._head[nonzero] = 1.0 / window_sum[nonzero]
+        edges = np.zeros(len(bins), bool)
+        edges[[0, -1]] = True
+        self._edges = mx.array(edges)
+        self._flat_negative = mx.array(np.where(edges, np.pi, -np.pi).astype(np.float32))
 
     def magnitude_phase(self, x: mx.array) -> mx.array:
-        """``(frames, 22)``: 11 magnitudes then 11 phases, as the export computes them."""
-        pad = _N_FFT // 2
-        x = mx.concatenate([x[1 : pad + 1][::-1], x, x[-pad - 1 : -1][::-1]])
-        spec = self._forward.valid(x.reshape(-1, _HOP))
-        real, imag = mx.split(spec, 2, axis=1)
-        # atan(imag / real), moved to the real part's half plane: the export's atan2.
-        safe = mx.where(real == 0, 1.0, real)
-        angle = mx.where(real == 0, mx.sign(imag) * (math.pi / 2), mx.arctan(imag / safe))
-        angle = mx.where(real < 0, mx.where(imag > 0, angle + math.pi, angle - math.pi), angle)
+        """``(1, frames, 22)``: 11 magnitudes then 11 phases of ``x`` ``(samples,)``, as the
+        export computes them."""
+        pad, length = _N_FFT // 2, x.shape[0]
+        # Reflect-padded and cut into blocks of `_HOP` samples: one gather.
+        index = np.abs(np.arange(-pad, length + pad))
+        index = np.where(index < length, index, 2 * (length - 1) - index)
+        spec = self._forward.valid(x[mx.array(index.reshape(1, -1, _HOP).astype(np.int32))])
+        real, imag = mx.split(spec, 2, axis=-1)
+        # The export's atan(imag / real), moved to the real part's half plane, is atan2 but
+        # where imag is exactly zero: -pi there for a negative real part (atan2: pi for +0).
         # DC and Nyquist have no imaginary part: PyTorch's angle (as trained) is pi for a
         # negative real part, and onnxruntime's DFT rounding mostly lands there too; the
         # export's formula would give -pi for an exact zero. Measured: -1.7 dB of level at -pi.
-        edges = mx.where(real < 0, math.pi, 0.0)
-        column = mx.arange(real.shape[1])
-        angle = mx.where((column == 0) | (column == real.shape[1] - 1), edges, angle)
-        return mx.concatenate([mx.sqrt(real * real + imag * imag), angle], axis=1)
+        flat = (imag == 0) | self._edges
+        flat_angle = mx.where(real < 0, self._flat_negative, 0.0)
+        angle = mx.where(flat, flat_angle, mx.arctan2(imag, real))
+        return mx.concatenate([mx.sqrt(real * real + imag * imag), angle], axis=-1)
 
     def inverse(self, spec: mx.array) -> mx.array:
         """``(frames, 22)`` log-magnitudes and raw phases (or ``(1, frames, 22)``) ->
@@ -186,12 +212,11 @@ class Stft:
         taps = _N_FFT // _HOP
         y = self._inverse.valid(pad_time(parts, taps - 1, taps - 1)).reshape(-1)
         # The export divides only its first window's samples by the window's square (where
-        # non-zero), scales by n_fft / hop, and trims half a window each side.
-        head = np.ones(_N_FFT, np.float32)
-        nonzero = self._window_sum > np.finfo(np.float32).tiny
-        head[nonzero] = 1.0 / self._window_sum[nonzero]
-        y = mx.concatenate([y[:_N_FFT] * mx.array(head), y[_N_FFT:]]) * float(_N_FFT // _HOP)
-        return y[_N_FFT // 2 : -(_N_FFT // 2)]
+        # non-zero), scales by n_fft / hop (a power of two: exact either way), and trims half
+        # a window each side: one product by a vector of those factors.
+        factors = np.full(y.shape[0] - _N_FFT, _N_FFT // _HOP, np.float32)
+        factors[: _N_FFT // 2] *= self._head[_N_FFT // 2 :]
+        return y[_N_FFT // 2 : -(_N_FFT // 2)] * mx.array(factors)
 
 
 class Generator:
@@ -220,7 +245,7 @@ class Generator:
                 else same_conv(w, f"{g}.noise_convs.1", matmul, normed=True)
             )
             noise_res = AdaINResBlock1(
-                w, f"{g}.noise_res.{i}", (1, 3, 5), matmul, bank, biased=False
+                w, f"{g}.noise_res.{i}", (1, 3, 5), matmul, bank, biased=False, group=f"stage {i}"
             )
             blocks = AdaINResBlock1(
                 w,
@@ -229,6 +254,7 @@ class Generator:
                 matmul,
                 bank,
                 biased=False,
+                group=f"stage {i}",
             )
             shift = np.asarray(w[f"{g}.ups.{i}.bias"]) + np.asarray(w[f"{g}.noise_convs.{i}.bias"])
             constant = self._BLOCKS * (shift + np.asarray(noise_res.bias)) + np.asarray(blocks.bias)
@@ -238,18 +264,17 @@ class Generator:
             w, f"{g}.conv_post", matmul, input_scale=np.full(channels, 1.0 / self._BLOCKS)
         )
 
-    def __call__(self, x: mx.array, styles: list[mx.array], f0: mx.array) -> mx.array:
+    def __call__(self, x: mx.array, styles: Styles, f0: mx.array) -> mx.array:
         return self.stft.inverse(self.spectrum(x, styles, self.harmonics(f0)))
 
     def harmonics(self, f0: mx.array) -> mx.array:
-        """The harmonic source's magnitudes and phases, ``(120 * frames + 1, 22)``."""
+        """The harmonic source's magnitudes and phases, ``(1, 120 * frames + 1, 22)``."""
         return self.stft.magnitude_phase(self.source(f0))
 
-    def spectrum(self, x: mx.array, styles: list[mx.array], harmonics: mx.array) -> mx.array:
+    def spectrum(self, x: mx.array, styles: Styles, harmonics: mx.array) -> mx.array:
         """The decoder's ``(1, 2 * frames, 512)`` upsampled twice with residual blocks, driven
         by the harmonics: the ``(1, 120 * frames + 1, 22)`` log magnitudes and phases the
         inverse STFT turns into audio."""
-        harmonics = harmonics.reshape(1, *harmonics.shape)
         for i, (up, noise_conv, noise_res, blocks, constant) in enumerate(self.stages):
             x = up(leaky_relu(x, 0.1))
             if i == len(self.stages) - 1:
@@ -264,26 +289,31 @@ class Decoder:
 
     def __init__(self, w: Weights, matmul: bool) -> None:
         d = "decoder"
-        self.f0_conv = StridedConv(w[f"{d}.F0_conv.weight"], w[f"{d}.F0_conv.bias"], 2, 1, matmul)
-        self.n_conv = StridedConv(w[f"{d}.N_conv.weight"], w[f"{d}.N_conv.bias"], 2, 1, matmul)
+        # F0's and energy's convolutions (one channel each) as one, block-diagonal.
+        f0_weight, n_weight = (np.asarray(w[f"{d}.{m}_conv.weight"]) for m in ("F0", "N"))
+        weight = np.zeros((2, f0_weight.shape[1], 2), np.float32)  # (out, kernel, in)
+        weight[0, :, 0], weight[1, :, 1] = f0_weight[0, :, 0], n_weight[0, :, 0]
+        bias = np.concatenate([np.asarray(w[f"{d}.{m}_conv.bias"]) for m in ("F0", "N")])
+        self.f0_n_conv = StridedConv(mx.array(weight), mx.array(bias), 2, 1, matmul)
         self.styles = StyleBank()
-        self.encode = AdainResBlock(w, f"{d}.encode", matmul, self.styles)
+        self.encode = AdainResBlock(w, f"{d}.encode", matmul, self.styles, "frames")
         self.asr_res = same_conv(w, f"{d}.asr_res.0", matmul)
-        self.decode = [AdainResBlock(w, f"{d}.decode.{i}", matmul, self.styles) for i in range(4)]
+        self.decode = [
+            AdainResBlock(w, f"{d}.decode.{i}", matmul, self.styles, "frames") for i in range(4)
+        ]
         self.generator = Generator(w, matmul, self.styles)
 
     def __call__(self, asr: mx.array, f0: mx.array, n: mx.array, style: mx.array) -> mx.array:
         styles = self.styles(style)
         return self.generator(self.hidden(asr, f0, n, styles), styles, f0)
 
-    def hidden(self, asr: mx.array, f0: mx.array, n: mx.array, styles: list[mx.array]) -> mx.array:
+    def hidden(self, asr: mx.array, f0: mx.array, n: mx.array, styles: Styles) -> mx.array:
         """The generator's input, ``(1, 2 * frames, 512)``: text features with F0 and energy,
         batched from here on (MLX's convolutions take that layout as is)."""
         asr = asr.reshape(1, *asr.shape)
-        f0_frames = self.f0_conv(f0.reshape(1, -1, 1))
-        n_frames = self.n_conv(n.reshape(1, -1, 1))
-        x = self.encode(mx.concatenate([asr, f0_frames, n_frames], axis=-1), styles)
-        residual = mx.concatenate([self.asr_res(asr), f0_frames, n_frames], axis=-1)
+        f0_n = self.f0_n_conv(mx.stack([f0, n], axis=-1)[None])
+        x = self.encode(mx.concatenate([asr, f0_n], axis=-1), styles)
+        residual = mx.concatenate([self.asr_res(asr), f0_n], axis=-1)
         for block in self.decode:
             x = block(mx.concatenate([x, residual], axis=-1), styles)
         return x

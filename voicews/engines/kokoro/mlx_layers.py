@@ -161,43 +161,102 @@ def _plus_one_gamma(w: Weights, module: str, times: np.ndarray | None = None) ->
 
 
 class StyleBank:
-    """Every style projection of one component (its AdaINs), as one matmul and one split: the
-    style vector is the same for all of them, so dozens of small matmuls, each with its split,
-    become one. Each norm registers its projection here and reads its own slot."""
+    """Every style projection of one component (its norms), as one matmul: the style vector is
+    the same for all of them, so dozens of small matmuls, each with its split, become one.
+    Each norm registers its projection here, in the ``group`` of norms whose inputs have one
+    shape but for their channels (one time length), or in none (each its own broadcast)."""
 
     def __init__(self) -> None:
-        self._parts: list[Linear] = []
+        self._parts: list[tuple[Linear, str | None]] = []
         self._weight: mx.array | None = None
         self._bias = mx.array(0.0)
-        self._cuts: list[int] = []
+        self._groups: list[str | None] = []
+        self._group_cuts: list[int] = []
+        self._cuts: dict[str | None, list[int]] = {}
+        self._where: list[tuple[str | None, int]] = []
 
-    def add(self, fc: Linear) -> int:
-        """The slot of ``fc``'s ``(scale, shift)`` in what a call returns."""
-        self._parts.append(fc)
-        return 2 * (len(self._parts) - 1)
+    def add(self, fc: Linear, group: str | None = None) -> int:
+        """The slot of ``fc``'s ``(scale, shift)``: what ``Styles`` are asked for."""
+        self._parts.append((fc, group))
+        return len(self._parts) - 1
 
-    def __call__(self, style: mx.array) -> list[mx.array]:
-        """``[scale_0, shift_0, scale_1, shift_1, ...]``, in the order they were added."""
+    def __call__(self, style: mx.array) -> Styles:
         if self._weight is None:  # every norm is registered by the first call
-            self._weight = mx.array(np.concatenate([p.weight_t for p in self._parts], axis=1))
-            biases = [p.bias for p in self._parts if p.bias is not None]
-            self._bias = mx.array(np.concatenate(biases))
-            halves = [int(p.weight_t.shape[1]) // 2 for p in self._parts for _ in range(2)]
-            self._cuts = np.cumsum(halves)[:-1].tolist()
-        return split_at(mx.addmm(self._bias, style, self._weight), self._cuts, 0)
+            self._weight = self._arrange()
+        flat = mx.addmm(self._bias, style, self._weight)
+        vectors = split_at(flat, self._group_cuts, 0)
+        return Styles(dict(zip(self._groups, vectors, strict=True)), self._cuts, self._where)
+
+    def _arrange(self) -> mx.array:
+        """The projections' weights, group by group, each norm's scale then shift (their
+        biases and cuts kept)."""
+        self._groups = list(dict.fromkeys(group for _, group in self._parts))
+        members = {
+            g: [(i, fc) for i, (fc, group) in enumerate(self._parts) if group == g]
+            for g in self._groups
+        }
+        self._where = [(None, 0)] * len(self._parts)
+        columns, sizes = [], []
+        for group in self._groups:
+            halves = []
+            for k, (slot, fc) in enumerate(members[group]):
+                self._where[slot] = (group, 2 * k)
+                columns.append(fc)
+                halves += [int(fc.weight_t.shape[1]) // 2] * 2
+            self._cuts[group] = np.cumsum(halves)[:-1].tolist()
+            sizes.append(sum(halves))
+        self._group_cuts = np.cumsum(sizes)[:-1].tolist()
+        self._bias = mx.array(np.concatenate([np.asarray(fc.bias) for fc in columns]))
+        return mx.array(np.concatenate([fc.weight_t for fc in columns], axis=1))
+
+
+class Styles:
+    """One call of a bank: each norm's scale and shift. A group's are broadcast to the shape of
+    its first input that asks (known only then) and cut from there, together: one broadcast and
+    a few splits, where each norm's scale and shift were a broadcast each."""
+
+    def __init__(
+        self,
+        vectors: dict[str | None, mx.array],
+        cuts: dict[str | None, list[int]],
+        where: list[tuple[str | None, int]],
+    ) -> None:
+        self._vectors, self._cuts, self._where = vectors, cuts, where
+        self._parts: dict[str | None, list[mx.array]] = {}
+
+    def __call__(self, slot: int, x: mx.array) -> tuple[mx.array, mx.array]:
+        """Slot ``slot``'s scale and shift for the input ``x``: ``(C,)`` each, or ``x``'s shape
+        where the slot has a group."""
+        group, index = self._where[slot]
+        if group not in self._parts:
+            vector = self._vectors[group]
+            if group is not None:
+                vector = mx.broadcast_to(vector, (*x.shape[:-1], vector.shape[0]))
+            self._parts[group] = split_at(vector, self._cuts[group], -1)
+        scale, shift = self._parts[group][index : index + 2]
+        assert group is None or scale.shape[:-1] == x.shape[:-1], f"{group}: another length"
+        return scale, shift
 
 
 class AdaIN:
-    """Instance norm whose scale and shift come from the style vector (through a bank), the
-    result times ``times`` per channel where given (folded into the projection)."""
+    """Instance norm whose scale and shift come from the style vector (through a bank, in
+    ``group``), the result times ``times`` per channel where given (folded into the
+    projection)."""
 
     def __init__(
-        self, w: Weights, module: str, bank: StyleBank, times: np.ndarray | None = None
+        self,
+        w: Weights,
+        module: str,
+        bank: StyleBank,
+        times: np.ndarray | None = None,
+        *,
+        group: str | None = None,
     ) -> None:
-        self.slot = bank.add(_plus_one_gamma(w, module, times))
+        self.slot = bank.add(_plus_one_gamma(w, module, times), group)
 
-    def __call__(self, x: mx.array, styles: list[mx.array]) -> mx.array:
-        return styles[self.slot] * instance_norm(x) + styles[self.slot + 1]
+    def __call__(self, x: mx.array, styles: Styles) -> mx.array:
+        scale, shift = styles(self.slot, x)
+        return scale * instance_norm(x) + shift
 
 
 class GroupedAdaIN(AdaIN):
@@ -211,6 +270,8 @@ class GroupedAdaIN(AdaIN):
         modules: list[str],
         bank: StyleBank,
         times: list[np.ndarray] | None = None,
+        *,
+        group: str | None = None,
     ) -> None:
         factors: list[np.ndarray | None] = list(times) if times else [None] * len(modules)
         fcs = [_plus_one_gamma(w, m, t) for m, t in zip(modules, factors, strict=True)]
@@ -219,15 +280,15 @@ class GroupedAdaIN(AdaIN):
         weight_t = np.concatenate([h[0] for h in weights] + [h[1] for h in weights], axis=1)
         bias = np.concatenate([b[0] for b in biases] + [b[1] for b in biases])
         fc = Linear({"g.weight": mx.array(weight_t.T), "g.bias": mx.array(bias)}, "g")
-        self.slot = bank.add(fc)
+        self.slot = bank.add(fc, group)
 
 
 class AdaLayerNorm:
     def __init__(self, w: Weights, module: str, bank: StyleBank) -> None:
         self.slot = bank.add(_plus_one_gamma(w, module))
 
-    def __call__(self, x: mx.array, styles: list[mx.array]) -> mx.array:
-        return mx.fast.layer_norm(x, styles[self.slot], styles[self.slot + 1], 1e-5)
+    def __call__(self, x: mx.array, styles: Styles) -> mx.array:
+        return mx.fast.layer_norm(x, *styles(self.slot, x), 1e-5)
 
 
 def _sigmoid_gates_first(w: mx.array) -> np.ndarray:
@@ -236,16 +297,29 @@ def _sigmoid_gates_first(w: mx.array) -> np.ndarray:
     return np.concatenate([i, f, o, g], axis=0)
 
 
+def _gates(z: mx.array) -> tuple[mx.array, mx.array, mx.array, mx.array]:
+    """``i``, ``f``, ``o`` and ``tanh(g)`` of the pre-activations ``z`` (``i f o g``)."""
+    sigmoid, g = mx.split(z, [3 * (z.shape[-1] // 4)], axis=-1)
+    i, f, o = mx.split(mx.sigmoid(sigmoid), 3, axis=-1)
+    return i, f, o, mx.tanh(g)
+
+
 def lstm_step(x: mx.array, h: mx.array, c: mx.array, w_h: mx.array) -> tuple[mx.array, mx.array]:
     """One LSTM step of a stack of cells: ``x`` their input projections ``(n, 1, 4H)`` in the
     order ``i f o g``, ``h`` and ``c`` their states ``(n, 1, H)``, ``w_h`` ``(n, H, 4H)``."""
-    sigmoid, g = mx.split(mx.addmm(x, h, w_h), [3 * h.shape[-1]], axis=-1)
-    i, f, o = mx.split(mx.sigmoid(sigmoid), 3, axis=-1)
-    c = f * c + i * mx.tanh(g)
+    i, f, o, g = _gates(mx.addmm(x, h, w_h))
+    c = f * c + i * g
     return o * mx.tanh(c), c
 
 
-_compiled_step = mx.compile(lstm_step)
+def lstm_start(x: mx.array) -> tuple[mx.array, mx.array]:
+    """``lstm_step`` from zero states: no recurrence and no ``f c`` (three operations less)."""
+    i, _, o, g = _gates(x)
+    c = i * g
+    return o * mx.tanh(c), c
+
+
+_compiled_step, _compiled_start = mx.compile(lstm_step), mx.compile(lstm_start)
 
 
 class BiLSTM:
@@ -267,26 +341,20 @@ class BiLSTM:
             both("weight_hh"),
         )
         self.hidden = int(w_hh[0].shape[1])
-        # Input projections for both directions in one matmul: (in, 2 * 4H).
-        self.w_in = mx.array(np.concatenate([w_ih[0].T, w_ih[1].T], axis=1))
-        self.b_in = mx.array(np.concatenate([b_ih[0] + b_hh[0], b_ih[1] + b_hh[1]]))
+        # Input projections for both directions in one batched matmul: (2, in, 4H).
+        self.w_in = mx.array(np.stack([w_ih[0].T, w_ih[1].T]))
+        self.b_in = mx.array(np.stack([b_ih[0] + b_hh[0], b_ih[1] + b_hh[1]])[:, None])
         self.w_h = mx.array(np.stack([w_hh[0].T, w_hh[1].T]))  # (2, H, 4H)
         if compiled is None:  # fused on a GPU (one graph: every step has the same shapes)
             compiled = mx.default_device() != mx.cpu
         self.step = _compiled_step if compiled else lstm_step
+        self.start = _compiled_start if compiled else lstm_start
 
     def steps(self, x: mx.array) -> mx.array:
         """``(2, T, 4H)``: direction d's input at its step t is ``steps[d, t]`` (the backward
-        one reads T-1-t)."""
-        length = x.shape[0]
-        projected = mx.addmm(self.b_in, x, self.w_in).reshape(length, 2, 4 * self.hidden)
-        return mx.concatenate([projected[:, :1], projected[::-1, 1:]], axis=1).transpose(1, 0, 2)
-
-    @staticmethod
-    def output(out: mx.array) -> mx.array:
-        """``(2, T, H)`` states per direction and step -> ``(T, 2H)`` in time order."""
-        length, hidden = out.shape[1], out.shape[2]
-        return mx.concatenate([out[:1], out[1:, ::-1]], axis=2).reshape(length, 2 * hidden)
+        one reads T-1-t): the rows of ``x`` both ways in one gather, one batched matmul."""
+        forward = np.arange(x.shape[0], dtype=np.int32)
+        return mx.addmm(self.b_in, x[mx.array(np.stack([forward, forward[::-1]]))], self.w_in)
 
     def __call__(self, x: mx.array) -> mx.array:
         return run_bilstms([self], [x])[0]
@@ -301,14 +369,14 @@ def _stacked_recurrence(lstms: tuple[BiLSTM, ...]) -> mx.array:
 
 def split_at(x: mx.array, cuts: list[int], axis: int) -> list[mx.array]:
     """``x`` cut before each of ``cuts`` (ascending) along ``axis``. MLX's split is one
-    operation for up to 10 parts (beyond, a slice a part): a tree of such splits, about
-    ``n / 10 + 1`` operations for ``n`` parts, not ``n``."""
-    if not cuts:
-        return [x]
+    operation for up to 10 parts (beyond, a slice a part): a tree of such splits, each full
+    but the last (pieces of 10, 100, ... parts), about ``n / 9`` operations for ``n`` parts."""
     if len(cuts) < 10:
-        return list(mx.split(x, cuts, axis=axis))
-    chunk = -(-(len(cuts) + 1) // 10)  # parts a piece
-    tops = cuts[chunk - 1 :: chunk]
+        return list(mx.split(x, cuts, axis=axis)) if cuts else [x]
+    size = 10  # parts a piece: the largest power of ten below the parts there are
+    while 10 * size <= len(cuts):
+        size *= 10
+    tops = cuts[size - 1 :: size]
     starts = [0, *tops]
     inner = [
         [c - start for c in cuts if start < c < end]
@@ -328,38 +396,46 @@ def split_each(x: mx.array, axis: int) -> list[mx.array]:
 def run_bilstms(lstms: list[BiLSTM], inputs: list[mx.array]) -> list[mx.array]:
     """Independent BiLSTMs (the same hidden size) over inputs of the same length, advanced
     together: one batched step of all their directions per time step, not one per LSTM. Each
-    step's input is one output of a single split (not a slice a step)."""
+    step's input is one output of a tree of splits (not a slice a step); each LSTM's output,
+    in time order with both directions side by side, one gather of the steps' states."""
     length, hidden = inputs[0].shape[0], lstms[0].hidden
     assert all(x.shape[0] == length for x in inputs)
     assert all(lstm.hidden == hidden for lstm in lstms)
     parts = [lstm.steps(x) for lstm, x in zip(lstms, inputs, strict=True)]
     steps = mx.concatenate(parts) if len(parts) > 1 else parts[0]  # (2n, T, 4H)
     w_h = _stacked_recurrence(tuple(lstms))
-    step = lstms[0].step
-    h = c = mx.zeros((2 * len(lstms), 1, hidden))
-    outputs = []
-    for x in split_each(steps, 1):
-        h, c = step(x, h, c, w_h)
+    first, *rest = split_each(steps, 1)
+    h, c = lstms[0].start(first)
+    outputs = [h]
+    for x in rest:
+        h, c = lstms[0].step(x, h, c, w_h)
         outputs.append(h)
-    out = mx.concatenate(outputs, axis=1) if length > 1 else outputs[0]  # (2n, T, H)
-    if len(lstms) == 1:
-        return [BiLSTM.output(out)]
-    return [BiLSTM.output(o) for o in mx.split(out, len(lstms))]
+    out = mx.concatenate(outputs) if length > 1 else outputs[0]  # (T * 2n, 1, H)
+    rows = np.arange(length, dtype=np.int32) * 2 * len(lstms)  # step t's cell k: t * 2n + k
+    return [
+        out[mx.array(np.stack([rows + 2 * k, rows[::-1] + 2 * k + 1], axis=1))].reshape(
+            length, 2 * hidden
+        )
+        for k in range(len(lstms))
+    ]
 
 
 class DepthwiseUpsample:
-    """``ConvTranspose1d(C, C, 3, stride=2, padding=1, output_padding=1, groups=C)``: T -> 2T."""
+    """``ConvTranspose1d(C, C, 3, stride=2, padding=1, output_padding=1, groups=C)``: T -> 2T.
+    Its even and odd outputs side by side on the channels are, reshaped, the interleaved
+    output: one concatenation, reshape and bias where stacking and two biases were more."""
 
     def __init__(self, weight: mx.array, bias: mx.array) -> None:
-        self.taps = weight[:, :, 0].T  # (3, C)
-        self.bias = bias
+        taps = np.asarray(weight)[:, :, 0].T  # (3, C)
+        self.taps = [mx.array(np.ascontiguousarray(t)) for t in taps]
+        self.bias = mx.array(np.tile(np.asarray(bias), 2))
 
     def __call__(self, x: mx.array) -> mx.array:
         nxt = pad_time(x[..., 1:, :], 0, 1)
-        even = x * self.taps[1] + self.bias
-        odd = x * self.taps[2] + nxt * self.taps[0] + self.bias
+        odd = x * self.taps[2] + nxt * self.taps[0]
         *batch, length, channels = x.shape
-        return mx.stack([even, odd], axis=-2).reshape(*batch, 2 * length, channels)
+        both = mx.concatenate([x * self.taps[1], odd], axis=-1) + self.bias
+        return both.reshape(*batch, 2 * length, channels)
 
 
 class AdainResBlock:
@@ -369,11 +445,21 @@ class AdainResBlock:
     ``module`` a list: blocks of the same shape side by side, each on its own consecutive
     channels of the input and output (as one block: the prosody's F0 and energy branches).
     With a shortcut convolution the sum's ``1 / sqrt(2)`` is folded into both convolutions'
-    weights (a product and its broadcast a call less)."""
+    weights (a product and its broadcast a call less). ``group``: its norms' group in the
+    bank (the second norm's is ``"{group} x2"`` where the block doubles the frame rate)."""
 
-    def __init__(self, w: Weights, module: str | list[str], matmul: bool, bank: StyleBank) -> None:
+    def __init__(
+        self,
+        w: Weights,
+        module: str | list[str],
+        matmul: bool,
+        bank: StyleBank,
+        group: str | None = None,
+    ) -> None:
         modules = [module] if isinstance(module, str) else module
         first = modules[0]
+        upsampled = f"{first}.pool.weight" in w
+        after = f"{group} x2" if group is not None and upsampled else group
         self.scale = None if f"{first}.conv1x1.weight" in w else 1.0 / math.sqrt(2.0)
         if self.scale is None:
             w = w | {
@@ -384,11 +470,11 @@ class AdainResBlock:
                 if f"{m}.{conv}.{p}" in w
             }
         if len(modules) == 1:
-            self.norm1: AdaIN = AdaIN(w, f"{first}.norm1", bank)
-            self.norm2: AdaIN = AdaIN(w, f"{first}.norm2", bank)
+            self.norm1: AdaIN = AdaIN(w, f"{first}.norm1", bank, group=group)
+            self.norm2: AdaIN = AdaIN(w, f"{first}.norm2", bank, group=after)
         else:
-            self.norm1 = GroupedAdaIN(w, [f"{m}.norm1" for m in modules], bank)
-            self.norm2 = GroupedAdaIN(w, [f"{m}.norm2" for m in modules], bank)
+            self.norm1 = GroupedAdaIN(w, [f"{m}.norm1" for m in modules], bank, group=group)
+            self.norm2 = GroupedAdaIN(w, [f"{m}.norm2" for m in modules], bank, group=after)
         self.conv1, self.conv2 = (
             grouped_same_conv(w, [f"{m}.conv1" for m in modules], matmul, normed=True),
             grouped_same_conv(w, [f"{m}.conv2" for m in modules], matmul),
@@ -403,11 +489,11 @@ class AdainResBlock:
                 mx.array(np.concatenate([np.asarray(w[f"{m}.pool.weight"]) for m in modules])),
                 mx.array(np.concatenate([np.asarray(w[f"{m}.pool.bias"]) for m in modules])),
             )
-            if f"{first}.pool.weight" in w
+            if upsampled
             else None
         )
 
-    def __call__(self, x: mx.array, styles: list[mx.array]) -> mx.array:
+    def __call__(self, x: mx.array, styles: Styles) -> mx.array:
         y = leaky_relu(self.norm1(x, styles), 0.2)
         if self.pool is not None:
             y = self.pool(y)

@@ -32,10 +32,11 @@ class Predictor:
         self.duration_proj = Linear(w, f"{p}.duration_proj.linear_layer")
         self.shared = BiLSTM(w, f"{p}.shared")
         # F0's and energy's branches (the same blocks on the same input) as one: each block
-        # on the channels of both, F0's first (grouped convolutions, one instance norm).
+        # on the channels of both, F0's first (grouped convolutions, one instance norm). The
+        # second doubles the frame rate.
         self.f0_n_blocks = [
-            AdainResBlock(w, [f"{p}.F0.{i}", f"{p}.N.{i}"], matmul, self.prosody_styles)
-            for i in range(3)
+            AdainResBlock(w, [f"{p}.F0.{i}", f"{p}.N.{i}"], matmul, self.prosody_styles, group)
+            for i, group in enumerate(("frames", "frames", "frames x2"))
         ]
         self.f0_n_proj = grouped_same_conv(w, [f"{p}.F0_proj", f"{p}.N_proj"], matmul)
 

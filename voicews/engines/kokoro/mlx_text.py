@@ -103,11 +103,12 @@ class TextEncoder:
         self.lstm = BiLSTM(w, "text_encoder.lstm")
 
     def lstm_input(self, ids: mx.array) -> mx.array:
-        """What the BiLSTM reads ``(T, 512)``: run apart where the LSTM runs with another."""
-        x = self.embedding[ids]
+        """What the BiLSTM reads ``(T, 512)``: run apart where the LSTM runs with another.
+        The convolutions run batched ``(1, T, C)``: MLX's take that layout as is."""
+        x = self.embedding[ids][None]
         for conv, norm in zip(self.convs, self.norms, strict=True):
             x = leaky_relu(layer_norm(conv(x), *norm, 1e-5), 0.2)
-        return x
+        return x.reshape(x.shape[1:])
 
     def __call__(self, ids: mx.array) -> mx.array:
         return self.lstm(self.lstm_input(ids))
