@@ -251,6 +251,13 @@ def test_a_critical_cut_with_no_other_word_end_in_hand_splits_a_phrase_rather_th
     assert got is not None and got.text == "In the"
 
 
+def test_a_critical_cut_ends_on_a_word_that_leads_on_rather_than_leave_one_alone() -> None:
+    seg = Segmenter()
+    seg.feed("check that for yo")  # "check" alone, or "check that": the pair
+    got = seg.next_segment(Urgency.CRITICAL, fit=Fit(most=12, least=1))
+    assert got is not None and got.text == "check that"
+
+
 def test_a_busy_worker_lets_a_critical_cut_end_on_any_word() -> None:
     """Segments wait for the worker: the longest piece that fits, wherever it ends (the
     longer pieces a phrase needs would take lanes from the other listeners)."""

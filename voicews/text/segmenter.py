@@ -330,8 +330,9 @@ class Segmenter:
 
     def _critical(self, cuts: list[_Cut], fit: Fit, busy_cap: int | None) -> _Cut | None:
         """:meth:`_fitted` for a critical cut, ending where a phrase may; where that leaves
-        nothing that both fits and gains ground, after a word of :data:`_LEADS_ON` too ("Here
-        are | your options:" rather than the whole clause late); where there is no word end
+        nothing that both fits and gains ground, or only a lone word, after a word of
+        :data:`_LEADS_ON` too ("Here are | your options:" rather than the whole clause late,
+        "check that | for you" rather than "check" alone); where there is no word end
         at all, after any word: a break is heard as less than the silence. With the worker
         busy (``fit.split``), after any word from the start: the longer pieces the others
         leave took lanes from the other listeners (a burst of 16, simulated: 9 of 16 stalled
@@ -339,11 +340,12 @@ class Segmenter:
         if fit.split:
             return self._fitted(Urgency.CRITICAL, self._leaning(_Leaning.PHRASE, busy_cap), fit)
         cut = self._fitted(Urgency.CRITICAL, cuts, fit)
-        if cut is not None and fit.least <= cut.spoken <= fit.most:
-            return cut
-        lenient = self._fitted(Urgency.CRITICAL, self._leaning(_Leaning.ON, busy_cap), fit)
-        if lenient is not None and fit.least <= lenient.spoken <= fit.most:
-            return lenient
+        fits = cut is not None and fit.least <= cut.spoken <= fit.most
+        if cut is None or not fits or cut.words == 1:  # "check | that for you": a lone word
+            lenient = self._fitted(Urgency.CRITICAL, self._leaning(_Leaning.ON, busy_cap), fit)
+            pair = lenient is not None and (lenient.words > 1 or not fits)
+            if pair and lenient is not None and fit.least <= lenient.spoken <= fit.most:
+                return lenient
         if cut is not None or cuts:
             return cut
         return self._fitted(Urgency.CRITICAL, self._leaning(_Leaning.PHRASE, busy_cap), fit)
