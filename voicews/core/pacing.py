@@ -262,4 +262,7 @@ class Pacing:
         # The next word is due in about a word's time; with it the cut is a phrase.
         word = WORD_CHARS / max(self._arrival.rates.written, 1.0)
         lone = word + self.latency(self._max_chars // 10, ahead) - ahead > LONE_WAIT
-        return Fit(most=max(most, 0), least=least, lone=lone, split=not self.calm)
+        # Others' segments waiting for the worker, not this session's own lateness (alone at
+        # 5 tokens a second that let cuts end on "a").
+        split = max(self._wait, self._backlog) >= CALM_WAIT
+        return Fit(most=max(most, 0), least=least, lone=lone, split=split)

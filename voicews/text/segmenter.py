@@ -145,8 +145,8 @@ class Fit:
     least: int
     lone: bool = True
     split: bool = False
-    """Whether a critical cut may end on a determiner or preposition where nothing else fits
-    (the worker busy: segments wait for it, and a late one is a stall)."""
+    """Whether a critical cut may end on any word from the start (other sessions' segments
+    wait for the worker, and a late one is a stall)."""
 
 
 def spoken_length(text: str) -> int:
@@ -343,8 +343,11 @@ class Segmenter:
         fits = cut is not None and fit.least <= cut.spoken <= fit.most
         if cut is None or not fits or cut.words == 1:  # "check | that for you": a lone word
             lenient = self._fitted(Urgency.CRITICAL, self._leaning(_Leaning.ON, busy_cap), fit)
-            pair = lenient is not None and (lenient.words > 1 or not fits)
-            if pair and lenient is not None and fit.least <= lenient.spoken <= fit.most:
+            if (
+                lenient is not None
+                and (lenient.words > 1 or not fits)
+                and fit.least <= lenient.spoken <= fit.most
+            ):
                 return lenient
         if cut is not None or cuts:
             return cut
