@@ -172,6 +172,15 @@ def test_calm_while_nothing_waits_for_the_worker() -> None:
     assert not pacing.calm
 
 
+def test_a_critical_cut_may_split_a_phrase_only_while_others_wait_for_the_worker() -> None:
+    pacing = paced()
+    assert not pacing.fit(0.3, critical=True).split  # alone: a phrase is kept whole
+    pacing.observe(0.5, 20)  # this session's own segment came late: still no one else waits
+    assert not pacing.calm and not pacing.fit(0.3, critical=True).split
+    pacing.engine(Load(cost=COST, wait=0.2))  # segments wait for the worker
+    assert pacing.fit(0.3, critical=True).split
+
+
 def test_a_busy_worker_caps_later_segments_at_what_it_computes_within_a_busy_job() -> None:
     piper = Cost(fixed=0.05, per_char=0.004)
     pacing = paced(cost=piper)
