@@ -13,102 +13,78 @@ over a second's activation of 128 channels), and each snake's ``Pow(s, 2)`` as `
 from __future__ import annotations
 
 import re
-from collections import defaultdict
 from typing import Any
 
-import numpy as np
+from .edges import Edges, keep_used
 
 _TIME = (2, -1)
 """The axis an instance norm of ``(1, channels, frames)`` reduces."""
 
 
-def fuse(model: Any, scope: re.Pattern[str]) -> list[Any]:
-    """``model``'s nodes (an ``onnx.ModelProto``, batch one) rewritten as described above, the
-    shape they need added to its initializers; the nodes they replace are left for the caller
-    to drop (nothing reads them). Norms are fused where ``scope`` matches their name."""
+def fuse(model: Any, scope: re.Pattern[str]) -> None:
+    """Rewrite ``model`` (an ``onnx.ModelProto``, batch one) in place as described above, the
+    nodes replaced dropped. Norms are fused where ``scope`` matches their name."""
     from onnx import helper
 
     graph = model.graph
-    made = {out: node for node in graph.node for out in node.output}
-    readers: dict[str, list[Any]] = defaultdict(list)
-    for node in graph.node:
-        for name in node.input:
-            readers[name].append(node)
-    values = _Constants(graph, made)
+    edges = Edges(graph)
     replaced: dict[int, list[Any]] = {}
     shape = helper.make_tensor("/fused/flat", 7, [1], [-1])  # INT64
     for node in graph.node:
-        if node.op_type == "Pow" and values.scalar(node.input[1]) == 2.0:
+        if node.op_type == "Pow" and _scalar(edges, node.input[1]) == 2.0:
             square = helper.make_node("Mul", [node.input[0]] * 2, list(node.output), node.name)
             replaced[id(node)] = [square]
         elif node.op_type != "Div" or not scope.match(node.name):
             continue
-        elif norm := _instance_norm(node, made, values):
-            for scale, shift, out in _affines(node, made, readers):
+        elif norm := _instance_norm(node, edges):
+            for scale, shift, out in _affines(node, edges):
                 replaced[id(out)] = _norm_node(norm, scale, shift, out, shape.name)
     graph.initializer.append(shape)
-    return [new for node in graph.node for new in replaced.get(id(node), [node])]
+    keep_used(graph, [new for node in graph.node for new in replaced.get(id(node), [node])])
 
 
-class _Constants:
-    """Constant inputs, whether initializers or ``Constant`` nodes."""
-
-    def __init__(self, graph: Any, made: dict[str, Any]) -> None:
-        self._initializers = {t.name: t for t in graph.initializer}
-        self._made = made
-
-    def scalar(self, name: str) -> float | None:
-        value = self.array(name)
-        return float(value) if value is not None and value.size == 1 else None
-
-    def array(self, name: str) -> np.ndarray[Any, Any] | None:
-        from onnx import numpy_helper
-
-        if name in self._initializers:
-            return numpy_helper.to_array(self._initializers[name])
-        node = self._made.get(name)
-        if node is not None and node.op_type == "Constant" and node.attribute[0].name == "value":
-            return numpy_helper.to_array(node.attribute[0].t)
-        return None
+def _scalar(edges: Edges, name: str) -> float | None:
+    value = edges.constant(name)
+    return float(value) if value is not None and value.size == 1 else None
 
 
-def _instance_norm(div: Any, made: dict[str, Any], values: _Constants) -> tuple[str, float] | None:
+def _instance_norm(div: Any, edges: Edges) -> tuple[str, float] | None:
     """``(x, epsilon)`` where ``div`` is ``(x - mean(x)) / sqrt(mean((x - mean(x))^2) + eps)``
     over time, else None."""
+    made = edges.producer
     sub, root = made.get(div.input[0]), made.get(div.input[1])
     if sub is None or root is None or sub.op_type != "Sub" or root.op_type != "Sqrt":
         return None
     mean: Any = made.get(sub.input[1])
     plus = made.get(root.input[0])
-    if not _time_mean(mean, values) or mean.input[0] != sub.input[0]:
+    if not _time_mean(mean, edges) or mean.input[0] != sub.input[0]:
         return None
-    if plus is None or plus.op_type != "Add" or (eps := values.scalar(plus.input[1])) is None:
+    if plus is None or plus.op_type != "Add" or (eps := _scalar(edges, plus.input[1])) is None:
         return None
     variance: Any = made.get(plus.input[0])
-    square = made.get(variance.input[0]) if _time_mean(variance, values) else None
+    square = made.get(variance.input[0]) if _time_mean(variance, edges) else None
     if square is None or square.op_type != "Mul" or list(square.input) != [sub.output[0]] * 2:
         return None
     return sub.input[0], eps
 
 
-def _time_mean(node: Any, values: _Constants) -> bool:
+def _time_mean(node: Any, edges: Edges) -> bool:
     if node is None or node.op_type != "ReduceMean":
         return False
     keep = next((a.i for a in node.attribute if a.name == "keepdims"), 1)
-    axes = values.array(node.input[1]) if len(node.input) > 1 else None
+    axes = edges.constant(node.input[1]) if len(node.input) > 1 else None
     return keep == 1 and axes is not None and tuple(axes.tolist()) in {(a,) for a in _TIME}
 
 
-def _affines(
-    div: Any, made: dict[str, Any], readers: dict[str, list[Any]]
-) -> list[tuple[str, str, Any]]:
+def _affines(div: Any, edges: Edges) -> list[tuple[str, str, Any]]:
     """``(scale, shift, node)`` for each ``Add(Mul(scale, norm), shift)`` that reads ``div``
     (the generator's first three blocks share one norm) with the style's per-channel scale and
     shift (``1 + gamma`` and ``beta``, sliced from the style's projection); none unless every
     reader is one."""
+    made, readers = edges.producer, edges.consumers
     found = []
-    for mul in readers[div.output[0]]:
-        adds = readers[mul.output[0]]
+    for mul in readers.get(div.output[0], []):
+        adds = readers.get(mul.output[0], [])
         if mul.op_type != "Mul" or len(adds) != 1 or adds[0].op_type != "Add":
             return []
         (scale,) = [name for name in mul.input if name != div.output[0]] or [""]
