@@ -170,7 +170,12 @@ class Pacing:
         """Segments wait for the worker no more than ``CALM_WAIT`` lately, and first segments
         would not: compute spent on how a segment ends (``SynthesisOptions.then``) takes
         nothing from a listener about to run dry."""
-        return max(self._wait, self._late, self._backlog) < CALM_WAIT
+        return not self._queued and self._late < CALM_WAIT
+
+    @property
+    def _queued(self) -> bool:
+        """Segments (any session's) wait for the worker, lately or by the queue now."""
+        return max(self._wait, self._backlog) >= CALM_WAIT
 
     @property
     def busy_cap(self) -> int | None:
@@ -262,7 +267,6 @@ class Pacing:
         # The next word is due in about a word's time; with it the cut is a phrase.
         word = WORD_CHARS / max(self._arrival.rates.written, 1.0)
         lone = word + self.latency(self._max_chars // 10, ahead) - ahead > LONE_WAIT
-        # Others' segments waiting for the worker, not this session's own lateness (alone at
-        # 5 tokens a second that let cuts end on "a").
-        split = max(self._wait, self._backlog) >= CALM_WAIT
-        return Fit(most=max(most, 0), least=least, lone=lone, split=split)
+        # Segments waiting for the worker, not this session's own lateness (alone at 5 tokens
+        # a second that let cuts end on "a").
+        return Fit(most=max(most, 0), least=least, lone=lone, split=self._queued)

@@ -32,17 +32,22 @@ _DOTTED = re.compile(r"(?:[a-z]\.)+[a-z]")  # e.g, i.e, u.s.a, a.m
 _URL_START = re.compile(r"(?i)[^\w\s]*(?:[a-z][a-z0-9+.-]*://|www\.)")  # a token that is one
 _URL_LIKE = re.compile(r"://|@|/|www\.|\w\.\w")
 _TOKEN = re.compile(r"\S+")
-_LEADS_PHRASE = frozenset(
+_JOINERS = frozenset(
+    """to in on at for with from by into onto upon about under over between through during
+    without within near past until till across behind beside besides around toward towards
+    against among along like per via beyond below above beneath inside outside throughout except
+    despite unlike than and or but nor if so because although though unless whether while
+    whose""".split()
+)
+"""Prepositions and conjunctions: a phrase starts with one, and leads on from it."""
+_LEADS_PHRASE = _JOINERS | frozenset(
     """a an the this these those my your his her its our their some any every each no another both
-    either neither such whose what of to in on at for with from by into onto upon about under
-    over between through during without within near past until till across behind beside
-    besides around toward towards against among along like per via beyond below above beneath
-    inside outside throughout except despite unlike versus than and or but nor if so because
-    although though unless whether while""".split()
+    either neither such what of versus""".split()
 )
 """Determiners, prepositions and conjunctions: a segment ending on one cuts a phrase from its
 noun ("hotels near | the beach"). Only where no other word end is in hand and the listener is
-about to run dry (a break is heard as less than the silence)."""
+about to run dry, or others' segments wait for the worker (a break is heard as less than the
+silence)."""
 _LEADS_ON = frozenset(
     """that is are was were am be been being will would can could should shall must may might do
     does did has have had cannot won't can't don't doesn't didn't isn't aren't wasn't weren't
@@ -82,13 +87,7 @@ def _leaning(word: str) -> _Leaning:
     return _Leaning.ON if core in _LEADS_ON else _Leaning.NONE
 
 
-_PHRASE_STARTS = frozenset(
-    """and or but nor so because which who whose where when while although though unless until
-    till since if whether than that to for with from in on at by after before about during
-    without within into onto upon under over between through near past across behind beside
-    besides around toward towards against among along like per via beyond below above beneath
-    inside outside throughout except despite unlike""".split()
-)
+_PHRASE_STARTS = _JOINERS | frozenset("which who where when since that after before".split())
 """Words a phrase starts with: at a word cut, the place before one is the better one."""
 _WORD_SLACK = 12
 """Spoken characters past an urgent cut's fit a second word may take rather than leave the
@@ -338,11 +337,11 @@ class Segmenter:
         leave took lanes from the other listeners (a burst of 16, simulated: 9 of 16 stalled
         against 2)."""
         if fit.split:
-            return self._fitted(Urgency.CRITICAL, self._leaning(_Leaning.PHRASE, busy_cap), fit)
+            return self._fitted(Urgency.CRITICAL, self._fitting_at(_Leaning.PHRASE, busy_cap), fit)
         cut = self._fitted(Urgency.CRITICAL, cuts, fit)
         fits = cut is not None and fit.least <= cut.spoken <= fit.most
         if cut is None or not fits or cut.words == 1:  # "check | that for you": a lone word
-            lenient = self._fitted(Urgency.CRITICAL, self._leaning(_Leaning.ON, busy_cap), fit)
+            lenient = self._fitted(Urgency.CRITICAL, self._fitting_at(_Leaning.ON, busy_cap), fit)
             if (
                 lenient is not None
                 and (lenient.words > 1 or not fits)
@@ -351,9 +350,9 @@ class Segmenter:
                 return lenient
         if cut is not None or cuts:
             return cut
-        return self._fitted(Urgency.CRITICAL, self._leaning(_Leaning.PHRASE, busy_cap), fit)
+        return self._fitted(Urgency.CRITICAL, self._fitting_at(_Leaning.PHRASE, busy_cap), fit)
 
-    def _leaning(self, leaning: _Leaning, busy_cap: int | None) -> list[_Cut]:
+    def _fitting_at(self, leaning: _Leaning, busy_cap: int | None) -> list[_Cut]:
         return self._fitting(self._cuts(leaning=leaning), busy_cap)
 
     def _take_or_none(self, cut: _Cut | None) -> Segment | None:
