@@ -67,6 +67,10 @@ SCENARIOS: dict[str, tuple[str, str]] = {
         "bench.engines.piper_int8",
         "Piper's decoder quantized to int8, variants against float: time, SNR, WER, DNSMOS",
     ),
+    "kokoro_tail": (
+        "bench.engines.kokoro_tail",
+        "Kokoro's pieces with their trailing silence cropped against whole: compute, level, DNSMOS",
+    ),
     "kokoro_cost": (
         "bench.engines.kokoro_cost",
         "Kokoro's cost per inference against its length, beside Piper's: the first segment's",

@@ -101,6 +101,34 @@ def test_the_leading_pads_silence_is_cropped_before_the_decoder_and_sounds_the_s
     assert np.median(np.abs(loudness[0][:n] - loudness[1][:n])) < 3.0
 
 
+def test_a_lean_piece_leaves_its_trailing_silence_unrendered_and_keeps_its_sound(
+    engine: KokoroEngine,
+) -> None:
+    """Asked to be lean (the worker is busy) or eager (a turn's first segment), each piece's
+    rendering ends a few frames after its last sounding phoneme starts: the words start where
+    they did, the sound within 10 ms of where it did, it ends within 40 ms of where it did with
+    a word's pause still after it, and it is as loud as whole (the instance norms' loss given
+    back)."""
+    text = "your account, and"
+    asked = (SynthesisOptions(), SynthesisOptions(lean=True), SynthesisOptions(eager=True))
+    (whole, whole_words), (lean, words), (eager, _) = (engine.synthesize(text, o) for o in asked)
+    assert isinstance(whole, np.ndarray) and isinstance(lean, np.ndarray)
+    assert np.array_equal(lean, eager)  # type: ignore[arg-type]
+    assert len(whole) - len(lean) >= 8 * SAMPLES_PER_FRAME
+    assert words == whole_words
+    (start, end), (whole_start, whole_end) = (
+        np.flatnonzero(np.abs(a) > 0.01)[[0, -1]] for a in (lean, whole)
+    )
+    assert abs(start - whole_start) <= 240 and whole_end - 960 <= end <= whole_end
+    assert len(lean) - end >= 960  # the stitcher keeps 40 ms after a word
+    speech, whole_speech = lean[start:end], whole[start:whole_end]
+    assert abs(rms_db(speech) - rms_db(whole_speech)) < 1.0
+
+
+def rms_db(audio: np.ndarray) -> float:
+    return float(20 * np.log10(np.sqrt(np.mean(np.square(audio, dtype=np.float64)))))
+
+
 def envelope_db(audio: np.ndarray) -> np.ndarray:
     """Loudness per 25 ms, in dB."""
     frames = audio[: len(audio) // 600 * 600].reshape(-1, 600)
@@ -118,7 +146,7 @@ def test_text_that_expands_is_synthesized_in_bounded_inferences(engine: KokoroEn
         if isinstance(item, np.ndarray)
     ]
     print(f"'你好' x 2 at speed 0.5: inferences of {chunks} s")
-    assert sum(chunks) > 7 and len(chunks) == 2
+    assert sum(chunks) > 6 and len(chunks) == 2  # each piece's trailing silence cropped
     assert max(chunks) < 6
 
 

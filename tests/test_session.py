@@ -844,7 +844,7 @@ def test_a_busy_worker_has_a_long_sentence_said_a_clause_at_a_time() -> None:
     """While segments wait for the worker, a later segment holds what the engine computes
     within ``BUSY_JOB`` (here 37 characters): synthesized whole before its first audio, a
     sentence's rest would hold a lane, and the listeners due behind it would wait. Calm, the
-    sentence goes whole."""
+    sentence goes whole. Busy, the segment asks the engine to be lean."""
     engine = Cost(0.05, 0.004)
     text = "Sure, bring proof of address, such as a utility bill, and your account number. "
     for wait, expected in ((0.0, text[6:].strip()), (0.2, "bring proof of address,")):
@@ -859,4 +859,6 @@ def test_a_busy_worker_has_a_long_sentence_said_a_clause_at_a_time() -> None:
             wake = s.wakeup_at(0.1)
             assert wake is not None
             s.tick(wake)
-        assert one(s).text == expected
+        later = one(s)
+        assert later.text == expected
+        assert later.options.lean is bool(wait)  # an engine that can spend less, does

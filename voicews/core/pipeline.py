@@ -318,14 +318,17 @@ class TurnPipeline:
         # Mid-sentence, the engine says the next word too and cuts it off: the segment ends
         # as its sentence goes on, not with a statement's fall. Not a turn's first (its first
         # audio would wait for the word's compute), nor while listeners wait for the worker.
-        mid = segment.boundary is not Boundary.SENTENCE and not first and shared.pacing.calm
+        calm = shared.pacing.calm
+        mid = segment.boundary is not Boundary.SENTENCE and not first and calm
         then = turn.segmenter.next_word if mid else ""
         reading = None if speaking.reading is None else read(text, speaking.reading)
         request = SynthesisRequest(
             job_id=jobs.next_id(),
             turn_id=turn.id,
             text=text if reading is None else reading.spoken,
-            options=replace(options, eager=options.eager or first, then=then),
+            options=replace(
+                options, eager=options.eager or first, lean=options.lean or not calm, then=then
+            ),
             first=first,
             deadline=now if first else end,
             submitted_at=now,

@@ -25,6 +25,10 @@ class SynthesisOptions:
     eager: bool = False
     """A listener waits on this audio (a turn's first segment): an engine that can give its
     first audio sooner for a little more compute (Piper: its first window) does so."""
+    lean: bool = False
+    """Listeners wait for the worker: an engine that can give the same words for less compute
+    and a little of their sound (Kokoro: the silence after each piece's last sound left
+    unrendered, :mod:`voicews.engines.kokoro.timing`) does so. Also when ``eager``."""
     then: str = ""
     """The word the sentence goes on with after this text (a segment cut mid-sentence): an
     engine that can place words (Piper) says it too, so that the text ends as its sentence

@@ -3,7 +3,8 @@
 One inference per sentence, or per piece of a long one (:data:`.phonemes.MAX_PHONEMES`); the
 model renders its input whole, so a segment's audio starts after its first piece. Frames per
 token come from the graph (:mod:`.timing`, which also crops the leading pad's silence before the
-decoder): each frame is 600 samples, so the words are placed on them as for Piper. The exported
+decoder, and the silence after each piece's last sound where the options ask for speed): each
+frame is 600 samples, so the words are placed on them as for Piper. The exported
 graph has no random ops (its noise is fixed): the same text, voice and speed give the same
 audio. The graph run is the shipped one with its generator's residual blocks quantized
 statically (:mod:`.graphs`): 0.5-0.8 of the compute per second of audio, the same words heard.
@@ -32,7 +33,7 @@ from .assets import (
 )
 from .graphs import static_graph
 from .phonemes import PAD, inference_budget, phonemize, tokenize
-from .timing import timed_graph
+from .timing import LAST, TAIL, level, rendered, tail, timed_graph
 from .words import PhonemeTimeline
 
 log = logging.getLogger(__name__)
@@ -74,16 +75,20 @@ class KokoroEngine:
         timeline = PhonemeTimeline()
         for phonemes in phonemize(text, lang, inference_budget(options.speed)):
             tokens = tokenize(phonemes)
+            end = tail(phonemes, options.speed, crop=options.eager or options.lean)
             audio, frames = self._session.run(
                 None,
                 {
                     "tokens": np.array([[PAD, *tokens, PAD]], dtype=np.int64),
                     "style": style(pack, len(tokens)),
                     "speed": speed,
+                    LAST: np.array([end.last], dtype=np.int64),
+                    TAIL: np.array([end.frames], dtype=np.int64),
                 },
             )
-            audio = np.asarray(audio, dtype=np.float32).ravel()
-            timeline.add(phonemes, frames, len(audio))
+            kept = rendered(frames, end)
+            audio = np.asarray(audio, dtype=np.float32).ravel() * level(frames, kept)
+            timeline.add(phonemes, kept, len(audio))
             yield np.clip(audio, -1.0, 1.0)
         if (words := timeline.words(text, lang)) is not None:
             yield words

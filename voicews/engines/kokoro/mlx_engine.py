@@ -32,6 +32,7 @@ from .assets import (
     voices,
 )
 from .phonemes import PAD, inference_budget, phonemize, tokenize
+from .timing import level, tail
 from .words import PhonemeTimeline
 
 if TYPE_CHECKING:
@@ -78,8 +79,10 @@ class MlxKokoroEngine:
         for phonemes in phonemize(text, lang, inference_budget(options.speed)):
             tokens = tokenize(phonemes)
             row = mx.array(style(pack, len(tokens))[0])
-            prosody = self.model.prosody([PAD, *tokens, PAD], row, options.speed)
+            end = tail(phonemes, options.speed, crop=options.eager or options.lean)
+            prosody = self.model.prosody([PAD, *tokens, PAD], row, options.speed, tail=end)
             audio = np.array(self.model.decode(prosody, row), dtype=np.float32)
+            audio *= level(prosody.modelled, prosody.durations)
             timeline.add(phonemes, prosody.durations, len(audio))
             yield np.clip(audio, -1.0, 1.0)
         if (words := timeline.words(text, lang)) is not None:

@@ -25,6 +25,7 @@ from .mlx_decoder import Decoder
 from .mlx_layers import Weights
 from .mlx_prosody import Predictor
 from .mlx_text import Albert, TextEncoder
+from .timing import Tail, rendered
 
 
 @dataclass(frozen=True)
@@ -32,7 +33,9 @@ class Prosody:
     """Everything before the decoder, for one utterance."""
 
     durations: npt.NDArray[np.int64]
-    """Frames per token (pads included), at the requested speed."""
+    """Frames per token (pads included) the decoder renders, at the requested speed."""
+    modelled: npt.NDArray[np.int64]
+    """Frames per token as the model gives them (the leading pad cropped, the tail not)."""
     asr: mx.array  # (frames, 512)
     f0: mx.array  # (2 * frames,)
     n: mx.array  # (2 * frames,)
@@ -54,10 +57,11 @@ class Kokoro:
         style: mx.array,
         speed: float = 1.0,
         lead_frames: int | None = LEAD_FRAMES,
+        tail: Tail | None = None,
     ) -> Prosody:
         """``tokens`` with the pad (0) at each end, ``style`` the voice's ``(256,)`` row. The
-        leading pad is aligned whole and cropped to ``lead_frames`` for the decoder, as the
-        ONNX engine crops it (:mod:`.timing`)."""
+        leading pad is aligned whole and cropped to ``lead_frames`` for the decoder, and the
+        end to ``tail`` (None: not), as the ONNX engine crops them (:mod:`.timing`)."""
         ids = mx.array(tokens, dtype=mx.int32)
         # The text encoder's BiLSTM runs with the duration encoder's first (the same length).
         features, encoded = self.predictor.features_alongside(
@@ -72,8 +76,15 @@ class Kokoro:
         f0, n = self.predictor.f0_n(features[index], style[128:])
         drop = 0 if lead_frames is None else max(0, int(frames[0]) - lead_frames)
         frames[0] -= drop
-        asr = encoded[index[drop:]]
-        return Prosody(durations=frames, asr=asr, f0=f0[2 * drop :], n=n[2 * drop :])
+        kept = frames if tail is None else rendered(frames, tail)
+        stop = drop + int(kept.sum())
+        return Prosody(
+            durations=kept,
+            modelled=frames,
+            asr=encoded[index[drop:stop]],
+            f0=f0[2 * drop : 2 * stop],
+            n=n[2 * drop : 2 * stop],
+        )
 
     def decode(self, prosody: Prosody, style: mx.array) -> mx.array:
         """The utterance's audio, 600 samples per frame (a lazy array: evaluate it)."""
