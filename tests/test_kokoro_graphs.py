@@ -87,16 +87,20 @@ def test_the_static_graph_quantizes_the_generator_with_fixed_ranges(
 def test_the_shipped_ranges_are_this_models_and_what_calibration_measures() -> None:
     """The static graph is built from ranges measured once and shipped (seconds at first use,
     not a calibration run of minutes): they carry this model's checksum, name every tensor a
-    calibration run measures, and contain the ranges of one calibration sentence in one voice
-    (they are the widest over every sentence in every voice)."""
+    calibration run measures, and are the mean of each run's extremes, not the widest: one
+    calibration sentence in one voice lies near them, beyond them somewhere."""
     ranges = shipped()
     assert ranges.model_sha256 == sha256(model_path())
     one = calibrate(model_path(), ["af_heart"], CALIBRATION[:1])
     assert one.tensors.keys() == ranges.tensors.keys() and len(one.tensors) > 48
+    beyond = 0
     for name, (low, high) in one.tensors.items():
         shipped_low, shipped_high = (np.array(v) for v in ranges.tensors[name])
-        slack = 1e-4 * (shipped_high - shipped_low)  # another machine's float rounding
-        assert np.all(shipped_low - slack <= low) and np.all(high <= shipped_high + slack), name
+        span = shipped_high - shipped_low
+        assert np.all(np.abs(low - shipped_low) <= span), name
+        assert np.all(np.abs(high - shipped_high) <= span), name
+        beyond += bool(np.any(low < shipped_low) or np.any(high > shipped_high))
+    assert beyond > 0
 
 
 def test_graphs_are_made_once(monkeypatch: pytest.MonkeyPatch) -> None:

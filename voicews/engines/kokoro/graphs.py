@@ -33,7 +33,7 @@ from .fused import fuse
 
 log = logging.getLogger(__name__)
 
-FORMAT_VERSION = 2
+FORMAT_VERSION = 3
 """Bump when a conversion changes, so a stale graph is made again."""
 
 STATIC = re.compile(r"^/decoder/decoder/generator/(resblocks|noise_res)\.")
@@ -139,7 +139,10 @@ def _quantize(partial: Path, out: Path, ranges: Ranges | None, convolutions: lis
     from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_static
 
     with tempfile.TemporaryDirectory(prefix="voicews-kokoro-") as tmp:
-        options: dict[str, Any] = {"calibration_data_reader": reader()}
+        options: dict[str, Any] = {  # as :func:`.calibration.measure` measures them
+            "calibration_data_reader": reader(),
+            "extra_options": {"CalibMovingAverage": True},
+        }
         if ranges is not None:
             cache = Path(tmp) / "ranges.json"
             ranges.cache_file(cache)
