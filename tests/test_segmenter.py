@@ -218,6 +218,7 @@ def test_a_critical_fitted_cut_is_the_longest_word_end_that_fits() -> None:
         ("Tickets are twelve dollars, and", 30, "Tickets are twelve dollars,"),  # not "twelve"
         ("The driver should bring it over today, so", 18, "The driver"),  # not "should"
         ("Okay I\u2019m checking it now, and", 20, "Okay I\u2019m checking"),  # curly or not
+        ("Your new password needs twelve characters, and", 20, "Your new password"),  # not "new"
         # Nothing fits ending where a phrase may: after an auxiliary or a number word, not late.
         ("Tickets are twelve dollars, and", 20, "Tickets are twelve"),
     ],
@@ -225,8 +226,8 @@ def test_a_critical_fitted_cut_is_the_longest_word_end_that_fits() -> None:
 def test_a_critical_word_cut_falls_before_a_word_that_leads_into_the_next(
     text: str, most: int, cut: str
 ) -> None:
-    """Determiners, prepositions, auxiliaries, subject pronouns and number words are heard as
-    the start of what follows: the cut falls before them, not between them and their head,
+    """Determiners, prepositions, auxiliaries, subject pronouns, number words and adjectives
+    that come before their noun are heard as the start of what follows: the cut falls before them, not between them and their head,
     wherever such a piece fits."""
     seg = Segmenter()
     seg.feed(text)
@@ -373,6 +374,9 @@ def test_a_trial_first_segment_is_judged_by_the_next_token() -> None:
     seg.feed(" for you.")
     seg.close()
     assert drain(seg) == ["it for you."]
+    leaning = Segmenter()
+    leaning.feed("Your new")
+    assert leaning.trial_first() is None  # its noun is still coming
     grown = Segmenter()
     grown.feed("I see")
     trial = grown.trial_first()

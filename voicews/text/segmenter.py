@@ -56,11 +56,14 @@ _LEADS_ON = frozenset(
     they'd he's she's it's that's there's here's what's let's two three four five six seven
     eight nine ten eleven twelve thirteen fourteen fifteen sixteen seventeen eighteen
     nineteen twenty thirty forty fifty sixty seventy eighty ninety hundred thousand million
-    billion""".split()
+    billion new next last first other same own only whole entire main current previous usual
+    total full final various additional extra particular specific exact latest nearest
+    closest""".split()
 )
-"""Auxiliaries, subject pronouns, "that", "there", number words: heard as leading on ("The
-driver should | bring it", "Tickets are twelve | dollars"), but a lighter break than a split
-noun phrase: a segment ends on one only once the listener is about to run dry."""
+"""Auxiliaries, subject pronouns, "that", "there", number words, and adjectives that come
+before their noun almost always: heard as leading on ("The driver should | bring it",
+"Tickets are twelve | dollars", "Your new | password"), but a lighter break than a split noun
+phrase: a segment ends on one only once the listener is about to run dry."""
 
 
 class _Leaning(IntEnum):
