@@ -227,8 +227,8 @@ def test_a_critical_word_cut_falls_before_a_word_that_leads_into_the_next(
     text: str, most: int, cut: str
 ) -> None:
     """Determiners, prepositions, auxiliaries, subject pronouns, number words and adjectives
-    that come before their noun are heard as the start of what follows: the cut falls before them, not between them and their head,
-    wherever such a piece fits."""
+    that come before their noun are heard as the start of what follows: the cut falls before
+    them, not between them and their head, wherever such a piece fits."""
     seg = Segmenter()
     seg.feed(text)
     got = seg.next_segment(Urgency.CRITICAL, fit=Fit(most=most, least=1))
