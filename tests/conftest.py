@@ -32,6 +32,11 @@ def timeout(seconds: float) -> float:
     return seconds * TIMEOUT_SCALE
 
 
+def rms_db(audio: Audio) -> float:
+    """A clip's loudness: its RMS in dB."""
+    return float(20 * np.log10(np.sqrt(np.mean(np.square(audio, dtype=np.float64)))))
+
+
 def free_port() -> int:
     """A loopback port nobody listens on now, for a server in another process."""
     with socket.socket() as sock:

@@ -23,7 +23,7 @@ from wyoming.client import AsyncTcpClient
 from wyoming.info import Describe, Info
 from wyoming.tts import Synthesize, SynthesizeVoice
 
-from conftest import TEST_CONFIG, running, timeout
+from conftest import TEST_CONFIG, rms_db, running, timeout
 from voicews.client import RealtimeClient, SpokenTurn
 from voicews.dialects.wyoming import WyomingServer
 from voicews.engines.base import SynthesisOptions, WordStarts
@@ -123,10 +123,6 @@ def test_a_lean_piece_leaves_its_trailing_silence_unrendered_and_keeps_its_sound
     assert len(lean) - end >= 960  # the stitcher keeps 40 ms after a word
     speech, whole_speech = lean[start:end], whole[start:whole_end]
     assert abs(rms_db(speech) - rms_db(whole_speech)) < 1.0
-
-
-def rms_db(audio: np.ndarray) -> float:
-    return float(20 * np.log10(np.sqrt(np.mean(np.square(audio, dtype=np.float64)))))
 
 
 def envelope_db(audio: np.ndarray) -> np.ndarray:

@@ -28,7 +28,7 @@ import pytest
 mx = pytest.importorskip("mlx.core", exc_type=ImportError)  # plain mlx on Linux: no libmlx
 pytest.importorskip("onnx")
 
-from conftest import TEST_CONFIG, running, timeout  # noqa: E402
+from conftest import TEST_CONFIG, rms_db, running, timeout  # noqa: E402
 from voicews.client import RealtimeClient, SpokenTurn  # noqa: E402
 from voicews.compute.execution import ComputeWorker  # noqa: E402
 from voicews.engines.base import Engine, SynthesisOptions, WordStarts  # noqa: E402
@@ -175,10 +175,6 @@ def spectral_distance(audio: Array, reference: Array) -> float:
     """Spectral convergence: 0 for the same magnitudes, 1 for nothing in common."""
     a, b = spectrum(audio), spectrum(reference)
     return float(np.linalg.norm(a - b) / np.linalg.norm(b))
-
-
-def rms_db(audio: Array) -> float:
-    return float(20 * np.log10(np.sqrt(np.mean(np.square(audio, dtype=np.float64)))))
 
 
 # --- weights ------------------------------------------------------------------------------

@@ -25,7 +25,7 @@ mx = pytest.importorskip("mlx.core", exc_type=ImportError)  # plain mlx on Linux
 pytest.importorskip("onnx")
 
 from bench.engines.measures import graph_ops, join_jumps, snr_db  # noqa: E402
-from conftest import TEST_CONFIG, running, timeout  # noqa: E402
+from conftest import TEST_CONFIG, rms_db, running, timeout  # noqa: E402
 from voicews.cache import cache_dir  # noqa: E402
 from voicews.client import RealtimeClient, SpokenTurn  # noqa: E402
 from voicews.compute.execution import ComputeWorker  # noqa: E402
@@ -89,10 +89,6 @@ def onnxruntime_audio(ids: list[int], scales: tuple[float, float, float]) -> Aud
         },
     )[0]
     return np.asarray(out, dtype=np.float32).reshape(-1)
-
-
-def rms_db(audio: Audio) -> float:
-    return float(20 * np.log10(np.sqrt(np.mean(np.square(audio, dtype=np.float64)))))
 
 
 # --- weights ------------------------------------------------------------------------------
