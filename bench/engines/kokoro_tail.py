@@ -26,7 +26,7 @@ import numpy.typing as npt
 
 from bench.common import REPLIES
 from bench.engines.kokoro_ab import EVAL
-from bench.engines.measures import Judges
+from bench.engines.measures import Judges, speech
 
 WINDOW = 0.3
 """Seconds of speech each side of a join whose loudness is compared."""
@@ -51,12 +51,6 @@ def boundary_of(segment: str) -> object:
 
 def db(audio: npt.NDArray[np.float32]) -> float:
     return float(20 * np.log10(np.sqrt(np.mean(np.square(audio, dtype=np.float64))) + 1e-9))
-
-
-def speech(audio: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
-    """From its first to its last sound."""
-    loud = np.flatnonzero(np.abs(audio) > 0.01)
-    return audio[loud[0] : loud[-1] + 1] if len(loud) else audio[:0]
 
 
 def main(argv: Sequence[str] | None = None) -> None:

@@ -23,10 +23,16 @@ def heard_seconds(audio: npt.ArrayLike, sample_rate: int) -> float:
     """Seconds from the first to the last sample above the stitcher's silence threshold: the
     edge silence an engine gives (Kokoro's leading pad) is trimmed before a listener hears it,
     so compute per second of audio is counted on what is heard."""
+    return max(len(speech(audio)) - 1, 0) / sample_rate
+
+
+def speech(audio: npt.ArrayLike) -> npt.NDArray[Any]:
+    """``audio`` from its first to its last sample above the stitcher's silence threshold."""
     from voicews.audio import StitchConfig
 
-    loud = np.flatnonzero(np.abs(np.asarray(audio)) > StitchConfig().silence_threshold)
-    return (loud[-1] - loud[0]) / sample_rate if len(loud) else 0.0
+    samples = np.asarray(audio)
+    loud = np.flatnonzero(np.abs(samples) > StitchConfig().silence_threshold)
+    return samples[loud[0] : loud[-1] + 1] if len(loud) else samples[:0]
 
 
 def as_heard(audio: npt.ArrayLike, sample_rate: int) -> npt.NDArray[np.float32]:

@@ -76,7 +76,7 @@ class _Leaning(IntEnum):
 
     NONE = 0
     ON = 1
-    """After a word of :data:`_LEADS_ON` too: a critical cut."""
+    """After a word of :data:`_LEADS_ON` or :data:`_MODIFIERS` too: a critical cut."""
     PHRASE = 2
     """After any word: a critical cut with no other word end in hand."""
 
