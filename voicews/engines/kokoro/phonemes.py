@@ -30,8 +30,11 @@ MAX_PHONEMES = 100
 listener, for 10-20 s on two cores; 100 keeps most clauses whole and an inference near 2 s
 (~0.2 s each plus ~19 ms a token, README). Slower speeds stretch every token: fewer there."""
 
-_SENTENCE_MARKS = ".!?"
-_CLAUSE_MARKS = ",;:"
+SENTENCE_MARKS = ".!?"
+CLAUSE_MARKS = ",;:"
+PUNCTUATION = ';:,.!?\u00a1\u00bf\u2014\u2026"\u00ab\u00bb\u201c\u201d'
+"""Punctuation as hexgrad's post-processing lists it (``_FIXES``): pauses and tone in the
+phonemes, not sounds."""
 # Title abbreviations espeak would end a sentence at ("Dr. Smith" -> "Doctor. Smith"), as
 # hexgrad's kokoro normalizes them.
 _TITLES = (
@@ -48,7 +51,7 @@ _FIXES = (
     (re.compile("x"), "k"),
     (re.compile("\u026c"), "l"),
     (re.compile("(?<=[a-z\u0279\u02d0])(?=h\u02c8\u028cnd\u0279\u026ad)"), " "),
-    (re.compile(' z(?=[;:,.!?\u00a1\u00bf\u2014\u2026"\u00ab\u00bb\u201c\u201d ]|$)'), "z"),
+    (re.compile(f" z(?=[{re.escape(PUNCTUATION)} ]|$)"), "z"),
 )
 _AMERICAN_FIXES = ((re.compile("(?<=n\u02c8a\u026an)ti(?!\u02d0)"), "di"),)  # "ninety"
 
@@ -75,7 +78,7 @@ def phonemize(text: str, language: str = "en-us", limit: int = MAX_TOKENS) -> li
         for pattern, replacement in fixes:
             phonemes = pattern.sub(replacement, phonemes)
         clause = "".join(c for c in phonemes + terminator if c in known).strip()
-        if clause.strip(_SENTENCE_MARKS + _CLAUSE_MARKS):
+        if clause.strip(SENTENCE_MARKS + CLAUSE_MARKS):
             sentences[-1].append(clause)
         if end_of_sentence and sentences[-1]:
             sentences.append([])

@@ -28,6 +28,7 @@ import numpy.typing as npt
 
 from ...cache import cache_dir, write_atomically
 from .assets import LEAD_FRAMES
+from .phonemes import CLAUSE_MARKS, PUNCTUATION, SENTENCE_MARKS
 
 DURATIONS = "/encoder/Clip_output_0"
 """Frames per input token (pads included), after speed: the alignment's, rounded."""
@@ -50,9 +51,7 @@ LEVEL_DB = 8.0
 (282 pieces, three voices: slope 7.0-9.2, 0.46 dB left after it, fitted through zero)."""
 UNCROPPED = 1 << 20
 """A tail so long that nothing is cropped."""
-_SILENT = frozenset(';:,.!?¡¿—…"«»“” ')
-_SENTENCE_MARKS = frozenset(".!?")
-_CLAUSE_MARKS = frozenset(",;:")
+_SILENT = frozenset(PUNCTUATION + " ")
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,9 +71,9 @@ def tail(phonemes: str, speed: float = 1.0, crop: bool = True) -> Tail:
     last = sounding[-1] + 1 if sounding else len(phonemes) + 1
     end = phonemes.rstrip()[-1:]
     frames = WORD_TAIL
-    if end in _SENTENCE_MARKS:
+    if end and end in SENTENCE_MARKS:
         frames = SENTENCE_TAIL
-    elif end in _CLAUSE_MARKS:
+    elif end and end in CLAUSE_MARKS:
         frames = CLAUSE_TAIL
     return Tail(last, math.ceil(frames / min(speed, 1.0)) if crop else UNCROPPED)
 
