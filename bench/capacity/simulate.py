@@ -2,10 +2,11 @@
 
 N conversations go through the real sans-I/O ``Session`` (segmenter, pacing, stitcher, outbox)
 as ``capacity.py`` runs them (a burst: all in the same instant, no jitter buffer; staggered:
-several turns each, a 100 ms jitter buffer), but the engine is a cost model of Piper on this
-voice measured on one idle core (5 ms + 71 ms per second of audio; about 0.058 s of audio per
-character plus 0.15 s per sentence) and time is simulated, so a run is deterministic and a
-scheduling policy can be compared with another where the shared machine is too noisy to tell.
+several turns each, a 100 ms jitter buffer), but the engine is a cost model (``--engine``: Piper
+on this voice measured on one idle core, 5 ms + 71 ms per second of audio; or Kokoro, see
+``ENGINES``; either speaking about 0.058 s of audio per character plus 0.15 s per sentence) and
+time is simulated, so a run is deterministic and a scheduling policy can be compared with
+another where the shared machine is too noisy to tell.
 Each policy is a way to run the worker's queue:
 
 - ``planned``: voicews' worker (``voicews.compute``): the job due first runs next (``Job.due``:
@@ -21,6 +22,7 @@ more threads run than there are cores, a job starting then takes proportionally 
 
     python -m bench simulate                        # N = 1..32, all policies, ~1 min
     python -m bench simulate --ns 16 --policies planned,strict --first-target 0.1,0.2,0.3
+    python -m bench simulate --engine kokoro --ns 1,2,4 --policies planned
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ import itertools
 import random
 import re
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -51,7 +53,7 @@ from voicews.compute import jobs as planning
 from voicews.compute.jobs import Account, Job
 from voicews.compute.planning import WAIT_HALF_LIFE, queued_compute
 from voicews.core.config import SessionConfig
-from voicews.core.cost import PRIORS, Cost, CostModel
+from voicews.core.cost import FIRST_WORDS, PRIORS, Cost, CostModel
 from voicews.core.events import AudioFrame, Outgoing, TurnDone
 from voicews.core.jobs import SynthesisRequest
 from voicews.core.pacing import Load, waits
@@ -74,14 +76,34 @@ class Machine:
 
 @dataclass(frozen=True)
 class EngineModel:
-    """The engine's cost: Piper's model above times ``scale`` (fixed and per audio second
-    alike), and the prior the server starts its cost model from."""
+    """The engine's cost on one core, ``fixed`` plus ``per_audio_second`` (Piper's above),
+    times ``scale``; the prior the server starts its cost model from; the words of a turn's
+    first segment where the server sets them for the engine (``FIRST_WORDS``)."""
 
     scale: float = 1.0
     prior: Cost = PRIORS["piper"]
+    fixed: float = COST_FIXED
+    per_audio_second: float = COST_PER_AUDIO_SECOND
+    first_words: int | None = None
 
     def seconds(self, audio_s: float) -> float:
-        return self.scale * (COST_FIXED + COST_PER_AUDIO_SECOND * audio_s)
+        return self.scale * (self.fixed + self.per_audio_second * audio_s)
+
+
+ENGINES = {
+    "piper": EngineModel(),
+    "kokoro": EngineModel(
+        prior=PRIORS["kokoro"],
+        fixed=0.13,
+        per_audio_second=0.15,
+        first_words=FIRST_WORDS["kokoro"],
+    ),
+}
+"""``--engine``. Kokoro's static graph as the worker traced it in a burst of four (lean pieces):
+a segment beside another on one core took about 0.15 s + 0.17 s per second of its audio ("me
+see." 0.29 s, "to Boston leaves at a quarter past six," 0.59 s), and alone on both cores
+0.13-0.26 s for 0.4-1.4 s of audio: on one core alone, about 0.13 s + 0.15 s per second. The
+model then stalls about a third of a burst of four, as the server does about half."""
 
 
 @dataclass(frozen=True)
@@ -160,6 +182,11 @@ class Simulation:
         self.engine = engine or EngineModel()
         self.costs = CostModel(self.engine.prior)
         """The engine's cost as ``ComputeWorker`` fits it."""
+        self.session_config = SessionConfig()
+        if self.engine.first_words is not None:
+            words = self.engine.first_words
+            segmenter = replace(self.session_config.segmenter, first_words=words)
+            self.session_config = replace(self.session_config, segmenter=segmenter)
         self.pacing = pacing
         self.now = 0.0
         self._events: list[tuple[float, int, Callable[[], None]]] = []
@@ -174,7 +201,6 @@ class Simulation:
         them."""
         self.turns: list[Turn] = []
         self.on_turn_done: Callable[[SimSession, Turn], None] | None = None
-        self.session_config = SessionConfig()
         self._cancelled: set[int] = set()
 
     # --- time -----------------------------------------------------------------------------
@@ -219,7 +245,6 @@ class Simulation:
         for job_id in session.take_cancellations():
             if (cancelled := conv.jobs.pop(job_id, None)) is not None:
                 cancelled.job.cancelled = True
-        session.load(self.load())
         if conv.timer is not None:
             self._cancelled.add(conv.timer[1])
             conv.timer = None
@@ -227,6 +252,11 @@ class Simulation:
         if wake is not None and wake < self.now + 60:
             conv.timer = (wake, self.at(wake, lambda: self.tick(conv)))
         self.dispatch()
+
+    def refresh(self, conv: SimSession) -> None:
+        """What ``Driver.refresh`` does: the worker as it is now, told to the session before
+        it acts (not after: sessions acting in the same instant then each saw it idle)."""
+        conv.session.load(self.load())
 
     def load(self) -> Load:
         """The worker's figures as ``Planner.load`` tells them to the sessions."""
@@ -238,6 +268,7 @@ class Simulation:
 
     def tick(self, conv: SimSession) -> None:
         conv.timer = None
+        self.refresh(conv)
         conv.session.tick(self.now)
         self.sync(conv)
 
@@ -260,6 +291,7 @@ class Simulation:
         """Start a turn now: reset, then the word pieces at ``rate``, then the end."""
         conv.turn, conv.times, conv.samples = turn, [], []
         turn.sample_rate = RATE
+        self.refresh(conv)
         conv.session.turn_reset(f"t{len(self.turns)}-{conv.index}", self.now)
         self.sync(conv)
         pieces = word_pieces(text)
@@ -271,12 +303,14 @@ class Simulation:
         assert conv.turn is not None
         if conv.turn.first_delta_at is None:
             conv.turn.first_delta_at = self.now
+        self.refresh(conv)
         conv.session.text_delta(piece, self.now)
         self.sync(conv)
 
     def end(self, conv: SimSession) -> None:
         assert conv.turn is not None
         conv.turn.end_text_at = self.now
+        self.refresh(conv)
         conv.session.end_text(self.now)
         self.sync(conv)
 
@@ -321,9 +355,10 @@ class Simulation:
             if not job.cancelled:
                 job.gave(self.now, audio_s)
                 if job.account is not None:
-                    worth = lane_seconds / (self.engine.scale * COST_PER_AUDIO_SECOND)
+                    worth = lane_seconds / (self.engine.scale * self.engine.per_audio_second)
                     job.account.charge(self.now, worth)
                 audio = np.full(round(audio_s * RATE), 0.1, dtype=np.float32)
+                self.refresh(conv)
                 conv.session.on_audio(sim.job_id, audio, self.now)
                 if sim.sentences:
                     sim.seq = next(self._seq)
@@ -347,8 +382,10 @@ class Simulation:
 # --- scenarios -------------------------------------------------------------------------------
 
 
-def burst(policy: Policy, machine: Machine, n: int, rate: float) -> BurstSummary:
-    sim = Simulation(policy, machine, 0.0)
+def burst(
+    policy: Policy, machine: Machine, n: int, rate: float, engine: EngineModel | None = None
+) -> BurstSummary:
+    sim = Simulation(policy, machine, 0.0, engine)
     for i in range(n):
         conv = sim.conversation(i)
         reply = i % len(BURST_REPLIES)
@@ -359,9 +396,16 @@ def burst(policy: Policy, machine: Machine, n: int, rate: float) -> BurstSummary
 
 
 def staggered(
-    policy: Policy, machine: Machine, n: int, turns: int, rate: float, jitter_s: float, seed: int
+    policy: Policy,
+    machine: Machine,
+    n: int,
+    turns: int,
+    rate: float,
+    jitter_s: float,
+    seed: int,
+    engine: EngineModel | None = None,
 ) -> LoadSummary:
-    sim = Simulation(policy, machine, jitter_s)
+    sim = Simulation(policy, machine, jitter_s, engine)
     converse(sim, policy.name, n, turns, rate, seed)
     wall = max((t.done_at or 0.0) for t in sim.turns)
     return LoadSummary.of(n, sim.turns, sim.lane_seconds, wall, 0.0)
@@ -398,6 +442,7 @@ def converse(sim: Simulation, name: str, n: int, turns: int, rate: float, seed: 
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("--ns", type=int_list, default=[1, 4, 8, 12, 16, 24, 32])
+    parser.add_argument("--engine", choices=sorted(ENGINES), default="piper")
     parser.add_argument("--policies", default=",".join(POLICIES), help="comma-separated")
     parser.add_argument("--cores", type=int, default=2)
     parser.add_argument("--wide-factor", type=float, default=0.6)
@@ -413,6 +458,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--seed", type=int, default=1)
     args = parser.parse_args(argv)
     machine = Machine(args.cores, args.wide_factor, args.shared_factor)
+    engine = ENGINES[args.engine]
     burst_levels: dict[str, list[BurstSummary]] = {}
     staggered_levels: dict[str, list[LoadSummary]] = {}
     for name in args.policies.split(","):
@@ -421,13 +467,14 @@ def main(argv: Sequence[str] | None = None) -> None:
             planning.FIRST_AUDIO_TARGET = target
             label = name if len(targets) == 1 else f"{name} {1000 * target:.0f} ms"
             policy = POLICIES[name]
-            burst_levels[label] = [burst(policy, machine, n, args.rate) for n in args.ns]
+            burst_levels[label] = [burst(policy, machine, n, args.rate, engine) for n in args.ns]
             staggered_levels[label] = [
-                staggered(policy, machine, n, args.turns, args.rate, 0.1, args.seed)
+                staggered(policy, machine, n, args.turns, args.rate, 0.1, args.seed, engine)
                 for n in args.ns
             ]
     print(
-        f"model: {args.cores} cores, {1000 * COST_PER_AUDIO_SECOND:.0f} ms per audio second on "
+        f"model: {args.engine}, {args.cores} cores, {1000 * engine.fixed:.0f} ms + "
+        f"{1000 * engine.per_audio_second:.0f} ms per audio second on "
         f"one, x{args.wide_factor:g} on all, x{args.shared_factor:g} beside another on a shared "
         f"session; {args.rate:g} tokens/s"
     )
