@@ -71,10 +71,6 @@ SCENARIOS: dict[str, tuple[str, str]] = {
         "bench.engines.kokoro_tail",
         "Kokoro's pieces with their trailing silence cropped against whole: compute, level, DNSMOS",
     ),
-    "kokoro_endings": (
-        "bench.engines.kokoro_endings",
-        "Kokoro's mid-sentence segment ends, alone and said with the next word, against whole",
-    ),
     "kokoro_cost": (
         "bench.engines.kokoro_cost",
         "Kokoro's cost per inference against its length, beside Piper's: the first segment's",

@@ -770,20 +770,3 @@ async def test_a_server_speaks_with_mlx_kokoro(spoken: tuple[SpokenTurn, _Record
     assert [w.text for w in turn.words] == SPOKEN.split()
     starts = [w.start_sample for w in turn.words]
     assert starts == sorted(starts) and starts[-1] < turn.samples
-
-
-@pytest.mark.slow
-def test_a_segment_said_with_its_next_word_is_cut_as_onnxruntime_cuts_it(
-    engine: MlxKokoroEngine,
-) -> None:
-    """``then`` (a segment cut mid-sentence): the words first, then the audio, ending where the
-    next word starts, as the ONNX engine gives them (``voicews.engines.kokoro.speaking``)."""
-    options = SynthesisOptions(then="to")
-    words, audio = engine.synthesize("The next train", options)
-    reference_words, reference = KokoroEngine().synthesize("The next train", options)
-    assert isinstance(words, WordStarts) and isinstance(reference_words, WordStarts)
-    assert isinstance(audio, np.ndarray) and isinstance(reference, np.ndarray)
-    assert len(words.samples) == 3
-    assert np.abs(np.subtract(words.samples, reference_words.samples)).max() <= 2 * 600
-    assert abs(len(audio) - len(reference)) <= 2 * 600
-    assert np.abs(audio[-16:]).max() < 0.02

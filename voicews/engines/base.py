@@ -31,9 +31,9 @@ class SynthesisOptions:
     unrendered, :mod:`voicews.engines.kokoro.timing`) does so. Also when ``eager``."""
     then: str = ""
     """The word the sentence goes on with after this text (a segment cut mid-sentence): an
-    engine that can place words (Piper, Kokoro: :mod:`voicews.engines.kokoro.speaking`) says it
-    too, so that the text ends as its sentence goes on rather than with a statement's falling
-    end, and cuts it off where it starts. Others ignore it."""
+    engine that can place words (Piper) says it too, so that the text ends as its sentence
+    goes on rather than with a statement's falling end, and cuts it off where it starts.
+    Others ignore it."""
 
 
 @dataclass(frozen=True, slots=True)

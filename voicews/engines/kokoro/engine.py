@@ -4,8 +4,7 @@ One inference per sentence, or per piece of a long one (:data:`.phonemes.MAX_PHO
 model renders its input whole, so a segment's audio starts after its first piece. Frames per
 token come from the graph (:mod:`.timing`, which also crops the leading pad's silence before the
 decoder, and the silence after each piece's last sound where the options ask for speed): each
-frame is 600 samples, so the words are placed on them as for Piper. A segment cut
-mid-sentence is said with its next word, cut off (:mod:`.speaking`). The exported
+frame is 600 samples, so the words are placed on them as for Piper. The exported
 graph has no random ops (its noise is fixed): the same text, voice and speed give the same
 audio. The graph run is the shipped one with its generator's residual blocks quantized
 statically (:mod:`.graphs`): 0.5-0.8 of the compute per second of audio, the same words heard.
@@ -18,7 +17,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
-import numpy.typing as npt
 
 from ...audio import Audio
 from ..base import SynthesisOptions, WordStarts
@@ -34,9 +32,9 @@ from .assets import (
     voices,
 )
 from .graphs import static_graph
-from .phonemes import PAD, tokenize
-from .speaking import speak
-from .timing import LAST, TAIL, Tail, level, rendered, timed_graph
+from .phonemes import PAD, inference_budget, phonemize, tokenize
+from .timing import LAST, TAIL, level, rendered, tail, timed_graph
+from .words import PhonemeTimeline
 
 log = logging.getLogger(__name__)
 
@@ -74,9 +72,10 @@ class KokoroEngine:
             raise ValueError(f"unknown Kokoro voice {voice!r}; choose from {', '.join(voices())}")
         pack, lang = self._packs[voice], language(voice)
         speed = np.array([options.speed], dtype=np.float32)
-
-        def render(phonemes: str, end: Tail) -> tuple[Audio, npt.NDArray[np.int64]]:
+        timeline = PhonemeTimeline()
+        for phonemes in phonemize(text, lang, inference_budget(options.speed)):
             tokens = tokenize(phonemes)
+            end = tail(phonemes, options.speed, crop=options.eager or options.lean)
             audio, frames = self._session.run(
                 None,
                 {
@@ -88,6 +87,8 @@ class KokoroEngine:
                 },
             )
             kept = rendered(frames, end)
-            return np.asarray(audio, dtype=np.float32).ravel() * level(frames, kept), kept
-
-        yield from speak(text, options, lang, render)
+            audio = np.asarray(audio, dtype=np.float32).ravel() * level(frames, kept)
+            timeline.add(phonemes, kept, len(audio))
+            yield np.clip(audio, -1.0, 1.0)
+        if (words := timeline.words(text, lang)) is not None:
+            yield words

@@ -19,7 +19,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
-import numpy.typing as npt
 
 from ...audio import Audio
 from ..base import SynthesisOptions, WordStarts
@@ -32,9 +31,9 @@ from .assets import (
     style,
     voices,
 )
-from .phonemes import PAD, tokenize
-from .speaking import speak
-from .timing import Tail, level
+from .phonemes import PAD, inference_budget, phonemize, tokenize
+from .timing import level, tail
+from .words import PhonemeTimeline
 
 if TYPE_CHECKING:
     from .mlx_model import Kokoro
@@ -76,12 +75,15 @@ class MlxKokoroEngine:
         if voice not in self._packs:
             raise ValueError(f"unknown Kokoro voice {voice!r}; choose from {', '.join(voices())}")
         pack, lang = self._packs[voice], language(voice)
-
-        def render(phonemes: str, end: Tail) -> tuple[Audio, npt.NDArray[np.int64]]:
+        timeline = PhonemeTimeline()
+        for phonemes in phonemize(text, lang, inference_budget(options.speed)):
             tokens = tokenize(phonemes)
             row = mx.array(style(pack, len(tokens))[0])
+            end = tail(phonemes, options.speed, crop=options.eager or options.lean)
             prosody = self.model.prosody([PAD, *tokens, PAD], row, options.speed, tail=end)
             audio = np.array(self.model.decode(prosody, row), dtype=np.float32)
-            return audio * level(prosody.modelled, prosody.durations), prosody.durations
-
-        yield from speak(text, options, lang, render)
+            audio *= level(prosody.modelled, prosody.durations)
+            timeline.add(phonemes, prosody.durations, len(audio))
+            yield np.clip(audio, -1.0, 1.0)
+        if (words := timeline.words(text, lang)) is not None:
+            yield words
