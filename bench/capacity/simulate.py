@@ -103,7 +103,7 @@ ENGINES = {
 a segment beside another on one core took about 0.15 s + 0.17 s per second of its audio ("me
 see." 0.29 s, "to Boston leaves at a quarter past six," 0.59 s), and alone on both cores
 0.13-0.26 s for 0.4-1.4 s of audio: on one core alone, about 0.13 s + 0.15 s per second. The
-model then stalls about a third of a burst of four, as the server does about half."""
+model then stalls about a third of a burst of four, where the server stalls about half."""
 
 
 @dataclass(frozen=True)
