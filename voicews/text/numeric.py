@@ -23,6 +23,7 @@ from .vocabulary import (
     DAYS,
     MAGNITUDES,
     ORDER_CUES,
+    SCALE_WORDS,
     SIGNS,
     UNITS,
     YEAR_CUES,
@@ -113,6 +114,9 @@ def _money(core: str, token: Token, around: Around) -> str | None:
     one, many, cent, cents = CURRENCIES[symbol]
     words = "minus " if sign in ("-", "\u2212") else ""
     locale = around.locale
+    if _scaled(token, around.next, magnitude, upper_magnitude):  # said by the scale word
+        high = f" to {decimal(upper, locale)}" if upper is not None else ""
+        return f"{words}{decimal(amount, locale)}{high}"
     if upper is not None:
         low = decimal(amount, locale) + (" " + MAGNITUDES[magnitude] if magnitude else "")
         high = decimal(upper, locale) + (
@@ -133,6 +137,30 @@ def _money(core: str, token: Token, around: Around) -> str | None:
     if subunits:
         parts.append(f"{cardinal(subunits, locale)} {cent if subunits == 1 else cents}")
     return words + " and ".join(parts)
+
+
+def _scaled(
+    token: Token, nxt: Token | None, magnitude: str | None, upper_magnitude: str | None
+) -> bool:
+    """An amount of money a scale word follows ("$4.2 million"): said "four point two
+    million dollars", the currency after the scale word (:func:`currency_before_scale`)."""
+    scale = nxt is not None and not nxt.lead and nxt.core.lower() in SCALE_WORDS
+    return scale and not token.trail and magnitude is None and upper_magnitude is None
+
+
+def currency_before_scale(token: Token, scale: Token) -> str | None:
+    """The currency a scale word says after it ("dollars" in "$4.2 million"), where
+    ``token`` before it is an amount of money that leaves it unsaid; else None."""
+    core = token.core
+    if (m := MONEY.fullmatch(core)) is not None:
+        symbol, magnitude, upper_magnitude = m[2], m[4], m[6]
+    elif (m := MONEY_AFTER.fullmatch(core)) is not None:
+        symbol, magnitude, upper_magnitude = m[4], m[3], None
+    else:
+        return None
+    if not _scaled(token, scale, magnitude, upper_magnitude):
+        return None
+    return CURRENCIES[symbol][1]
 
 
 def _ordinal(core: str, token: Token, around: Around) -> str | None:

@@ -48,11 +48,15 @@ CURRENCIES = {
     "\u00a3": ("pound", "pounds", "penny", "pence"),
     "\u00a5": ("yen", "yen", "", ""),
 }
+CURRENCY_WORDS = frozenset(name for names in CURRENCIES.values() for name in names[:2])
+"""The currencies' names: "$4 million dollars" says them once."""
 MAGNITUDES = {
     "k": "thousand", "K": "thousand", "M": "million", "m": "million", "mm": "million",
     "B": "billion", "b": "billion", "bn": "billion", "T": "trillion", "tn": "trillion",
 }  # fmt: skip
 """After an amount ($2.5M, 800K); after a bare number only the capitals (5m is five metres)."""
+SCALE_WORDS = frozenset(MAGNITUDES.values())
+"""Written out after an amount ("$4.2 million"): the currency is said after them."""
 
 # unit: singular, plural (en-US; en-GB respellings in BRITISH)
 UNITS = {

@@ -7,14 +7,16 @@ import re
 
 from .dates import TIME, TIME_SPAN, is_month
 from .numbers import digits, quantity
-from .numeric import AMOUNT, PLAIN_INT
+from .numeric import AMOUNT, PLAIN_INT, currency_before_scale
 from .tokens import Around, Token, abbreviation_trail
 from .vocabulary import (
     ABBREVIATIONS,
+    CURRENCY_WORDS,
     DAYS,
     MONTH_ABBREVIATIONS,
     MONTH_NAMES,
     MONTHS,
+    SCALE_WORDS,
     SIGNS,
     STREET_OR_TITLE,
     SYMBOLS,
@@ -45,7 +47,8 @@ def waits_for_next(token: Token) -> bool:
     if token.verbatim:
         return False
     lower = token.core.lower()
-    return lower in CONTEXT_WORDS or any(c.isdecimal() for c in token.core)
+    context = lower in CONTEXT_WORDS or lower in SCALE_WORDS  # "$4 million (dollars)"
+    return context or any(c.isdecimal() for c in token.core)
 
 
 def read(token: Token, around: Around) -> str | None:
@@ -54,6 +57,11 @@ def read(token: Token, around: Around) -> str | None:
     after_number = core in UNITS or lower in TIME_SUFFIXES or lower in MONTH_NAMES
     if after_number and (spoken := _after_number(token, around)) is not None:
         return token.lead + spoken
+    if lower in SCALE_WORDS and around.prev is not None:
+        currency = currency_before_scale(around.prev, token)
+        said = around.next is not None and around.next.core.lower() in CURRENCY_WORDS
+        if currency is not None and not (said and not token.trail):
+            return f"{token.lead}{core} {currency}{token.trail}"
     if lower in CONTEXT_WORDS and (spoken := _abbreviation(token, around)) is not None:
         return token.lead + spoken
     if not any(c in SYMBOLS for c in core):
