@@ -259,6 +259,20 @@ def test_a_critical_cut_ends_on_a_word_that_leads_on_rather_than_leave_one_alone
     assert got is not None and got.text == "check that"
 
 
+def test_a_critical_pair_may_overrun_the_fit_by_the_slack_rather_than_leave_a_word_alone() -> None:
+    """Alone at 10 tokens a second, "Hmm, | let me | check | that for you.": the pair was 4
+    characters over the fit (16 ms of Piper's compute, out of the critical margin)."""
+    for slack, cut in ((12, "check that"), (2, "check")):
+        seg = Segmenter()
+        seg.feed("check that for you.")
+        got = seg.next_segment(Urgency.CRITICAL, fit=Fit(most=6, least=1, slack=slack))
+        assert got is not None and got.text == cut
+    seg = Segmenter()
+    seg.feed("password needs at least")  # the lone word itself overruns: the pair's excess counts
+    got = seg.next_segment(Urgency.CRITICAL, fit=Fit(most=3, least=1, lone=False))
+    assert got is not None and got.text == "password needs"
+
+
 def test_a_busy_worker_lets_a_critical_cut_end_on_any_word() -> None:
     """Segments wait for the worker: the longest piece that fits, wherever it ends (the
     longer pieces a phrase needs would take lanes from the other listeners)."""

@@ -48,6 +48,10 @@ and 13 of 96 against 30 and 25 uncapped, the longest stall 328 and 172 against 3
 (``python -m bench continuity --burst 16``)."""
 BUSY_LEAST = 24
 """Spoken characters under which a busy cap is no phrase (four words or so): none then."""
+WORD_SLACK = 0.05
+"""Seconds of compute a critical cut may take past what fits for a second word, rather than
+say the first alone ("check that | for you", not "check | that for you"): eaten out of the
+critical margin (two thirds of ``stall_guard_ms``), not heard as silence."""
 HORIZON = 6.0
 """Seconds of speech ahead over which text arriving slower than it is spoken is made up by
 starting later (a reply's rest is not known; this is a typical one)."""
@@ -269,4 +273,5 @@ class Pacing:
         lone = word + self.latency(self._max_chars // 10, ahead) - ahead > LONE_WAIT
         # Segments waiting for the worker, not this session's own lateness (alone at 5 tokens
         # a second that let cuts end on "a").
-        return Fit(most=max(most, 0), least=least, lone=lone, split=self._queued)
+        slack = self._cost.chars_within(self._cost.fixed + WORD_SLACK)
+        return Fit(most=max(most, 0), least=least, lone=lone, split=self._queued, slack=slack)

@@ -101,9 +101,6 @@ def _leaning(word: str, first: bool = False) -> _Leaning:
 
 _PHRASE_STARTS = _JOINERS | frozenset("which who where when since that after before".split())
 """Words a phrase starts with: at a word cut, the place before one is the better one."""
-_WORD_SLACK = 12
-"""Spoken characters past an urgent cut's fit a second word may take rather than leave the
-first alone: about 50 ms of Piper's compute, against a word heard on its own."""
 _NUMBER = re.compile(r"[$\u20ac\u00a3#]?\d[\d,.:]*%?")  # 3, $1,249.99, 10:30, 60%
 _READ_AS_WORD = re.compile("[0-9$\u20ac\u00a3%#]")
 SPOKEN_EXTRA = 6
@@ -158,6 +155,10 @@ class Fit:
     split: bool = False
     """Whether a critical cut may end on any word from the start (other sessions' segments
     wait for the worker, and a late one is a stall)."""
+    slack: int = 12
+    """Spoken characters past the fit (or past a lone word that overruns it) a second word may
+    take rather than leave the first alone: what the engine computes in ``Pacing``'s
+    ``WORD_SLACK`` (Piper's 12 characters, Kokoro's 2-5), against a word heard on its own."""
 
 
 def spoken_length(text: str) -> int:
@@ -354,10 +355,13 @@ class Segmenter:
         fits = cut is not None and fit.least <= cut.spoken <= fit.most
         if cut is None or not fits or cut.words == 1:  # "check | that for you": a lone word
             lenient = self._fitted(Urgency.CRITICAL, self._fitting_at(_Leaning.ON, busy_cap), fit)
+            most = fit.most
+            if cut is not None and cut.words == 1:  # a second word, as _fitted allows one
+                most = max(most, cut.spoken) + fit.slack
             if (
                 lenient is not None
                 and (lenient.words > 1 or not fits)
-                and fit.least <= lenient.spoken <= fit.most
+                and fit.least <= lenient.spoken <= most
             ):
                 return lenient
         if cut is not None or cuts:
@@ -375,7 +379,7 @@ class Segmenter:
         costs), else the longest piece of it that fits, ending at a clause (at any word once
         critical) and long enough to gain ground. Critical with no such piece, the listener
         stalls however the text is cut: the shortest piece that gains ground, else the best
-        there is; but no lone word where the next is in hand (within ``_WORD_SLACK`` of the
+        there is; but no lone word where the next is in hand (within ``fit.slack`` of the
         fit), nor unless ``fit.lone`` (None: wait for the next word)."""
         if urgency is Urgency.CRITICAL:
             pairs = [c for c in cuts if c.words > 1]
@@ -385,7 +389,8 @@ class Segmenter:
             # alone would not either.
             whole = len(self._buf.split()) - (0 if self._buf[-1:].isspace() else 1)
             wait = not fit.lone and not self._closed and (bool(pairs) or whole < 2)
-            if wait or (pairs and pairs[0].spoken <= fit.most + _WORD_SLACK):
+            lone = cuts[0].spoken if cuts else 0
+            if wait or (pairs and pairs[0].spoken <= max(fit.most, lone) + fit.slack):
                 cuts = pairs
         sentence = next((c for c in cuts if c.boundary is Boundary.SENTENCE), None)
         if sentence is not None:
