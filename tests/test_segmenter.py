@@ -274,8 +274,9 @@ def test_a_critical_pair_may_overrun_the_fit_by_the_slack_rather_than_leave_a_wo
 
 
 def test_a_busy_worker_lets_a_critical_cut_end_on_any_word() -> None:
-    """Segments wait for the worker: the longest piece that fits, wherever it ends (the
-    longer pieces a phrase needs would take lanes from the other listeners)."""
+    """Segments wait for the worker: the longest piece that fits, ending after an auxiliary
+    too, after a determiner or preposition where nothing else fits (the longer pieces a
+    phrase needs would take lanes from the other listeners)."""
     calm, busy = Segmenter(), Segmenter()
     for seg in (calm, busy):
         seg.feed("The driver should bring it over today.")
@@ -283,6 +284,14 @@ def test_a_busy_worker_lets_a_critical_cut_end_on_any_word() -> None:
     assert got is not None and got.text == "The driver"
     got = busy.next_segment(Urgency.CRITICAL, fit=Fit(most=22, least=1, split=True))
     assert got is not None and got.text == "The driver should"
+    # Not between a determiner and its noun where a piece ending otherwise fits ("It looks
+    # like the | 2:45 flight" in a burst of 16).
+    phrase = Segmenter()
+    phrase.feed("It looks like the 2:45 flight to Denver")
+    got = phrase.next_segment(Urgency.CRITICAL, fit=Fit(most=18, least=1, split=True))
+    assert got is not None and got.text == "It looks"
+    got = phrase.next_segment(Urgency.CRITICAL, fit=Fit(most=8, least=1, split=True))
+    assert got is not None and got.text == "like the"  # nothing else fits: a split, not a stall
 
 
 def test_a_piece_too_short_to_gain_ground_is_not_cut_and_a_stall_takes_the_shortest_that_does() -> (
