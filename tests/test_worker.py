@@ -33,7 +33,7 @@ from voicews.compute.jobs import (
     Work,
     synthesis,
 )
-from voicews.compute.planning import WAIT_HALF_LIFE, Planner
+from voicews.compute.planning import WAIT_HALF_LIFE, Planner, next_job
 from voicews.compute.stats import OVERLOAD_BUSY, OVERLOAD_WAIT, WINDOW, WorkerStats
 from voicews.core.cost import DEFAULT_PRIOR, Cost
 from voicews.core.pacing import Load
@@ -499,6 +499,29 @@ def test_a_pinned_job_is_taken_and_closed_only_by_the_lane_that_started_it() -> 
     plan.queue = [reply, other]
     assert plan.take(here, 0.0) == (None, [other])  # the pinned one is closed on its own lane
     assert plan.queue == [reply]
+
+
+def test_a_cheap_segment_of_a_playing_listener_goes_before_a_late_first_segment() -> None:
+    """The job due first runs next; but a turn's first segment already past its due time
+    yields to a listener's next segment whose latest start has come, where that one is cheap
+    ("Hmm," playing, its "let me" behind fifteen late first segments in a burst), and the
+    first segment is not yet late by more than ``YIELDS_WITHIN``."""
+    cost = Cost(fixed=0.05, per_char=0.004)  # Piper: "let me" 74 ms, a sentence 250 ms
+    rec = Recorder()
+    late_first = rec.job("first", synthesis("Sure, I can", SynthesisOptions()), True, 0.0)
+    later = rec.job("later", synthesis("let me", SynthesisOptions()), deadline=0.45)
+    late_first.chars, later.chars = 11, 6
+    # The first segment was due at 0.2; "let me" need not start before 0.376.
+    assert next_job([late_first, later], cost, 0.3) is late_first
+    assert next_job([late_first, later], cost, 0.38) is later
+    assert next_job([late_first, later], cost, 0.41) is late_first  # late by over 0.2 s
+    # Not before a first segment still within its due time, nor where the segment is dear.
+    fresh = rec.job("fresh", synthesis("Okay.", SynthesisOptions()), True, 0.2)
+    fresh.chars = 5
+    assert next_job([fresh, later], cost, 0.38) is fresh  # due at 0.4
+    later.chars, later.deadline = 50, 0.7  # 0.25 s of compute
+    assert next_job([late_first, later], cost, 0.38) is late_first
+    assert next_job([], cost, 0.0) is None
 
 
 def test_a_held_back_account_never_takes_the_last_free_lane(clock: FakeClock) -> None:

@@ -10,7 +10,8 @@ another where the shared machine is too noisy to tell.
 Each policy is a way to run the worker's queue:
 
 - ``planned``: voicews' worker (``voicews.compute``): the job due first runs next (``Job.due``:
-  fairness per account, a first segment due ``FIRST_AUDIO_TARGET`` after it is asked for),
+  fairness per account, a first segment due ``FIRST_AUDIO_TARGET`` after it is asked for; a
+  late one yields to a playing listener's cheap segment: ``planning.next_job``),
   one lane per core sharing one session: an inference alone gets all the cores, one beside
   another runs on its lane's thread, ``--shared-factor`` slower (1.15, measured).
 - ``strict``: the worker before it: a turn's first segment before any later one, then by
@@ -51,7 +52,7 @@ from bench.harness.summaries import (
 from voicews.client import word_pieces
 from voicews.compute import jobs as planning
 from voicews.compute.jobs import Account, Job
-from voicews.compute.planning import WAIT_HALF_LIFE, queued_compute
+from voicews.compute.planning import WAIT_HALF_LIFE, next_job, queued_compute
 from voicews.core.config import SessionConfig
 from voicews.core.cost import FIRST_WORDS, PRIORS, Cost, CostModel
 from voicews.core.events import AudioFrame, Outgoing, TurnDone
@@ -110,7 +111,8 @@ model then stalls about a third of a burst of four, where the server stalls abou
 class Policy:
     name: str
     lanes: Callable[[Machine], int]
-    key: Callable[[Job], tuple[float, ...]]
+    key: Callable[[Job], tuple[float, ...]] | None
+    """The order jobs run in; None: the worker's own (``planning.next_job``)."""
     threads: Callable[[Machine, int], tuple[int, float]]
     """With this many jobs already running, the threads a starting job takes and the factor on
     its time on one core."""
@@ -121,7 +123,7 @@ POLICIES = {
     "planned": Policy(
         "planned",
         lambda m: m.cores,
-        lambda job: (job.due(),),
+        None,
         lambda m, running: (m.cores, m.wide_factor) if running == 0 else (1, m.shared_factor),
         fair=True,
     ),
@@ -321,7 +323,7 @@ class Simulation:
             self.queue = [j for j in self.queue if not j.job.cancelled]
             if not self.queue:
                 return
-            sim = min(self.queue, key=lambda j: (*self.policy.key(j.job), j.seq))
+            sim = self.next(self.queue)
             self.queue.remove(sim)
             threads, factor = self.policy.threads(self.machine, self.lanes - self.free)
             if not sim.started and not sim.job.first:
@@ -331,6 +333,15 @@ class Simulation:
             sim.started = True
             self.free -= 1
             self.step(sim, threads, factor)
+
+    def next(self, queue: list[SimJob]) -> SimJob:
+        """The job the policy runs next: ``planned`` as the worker's planner picks it."""
+        if self.policy.key is None:
+            ordered = sorted(queue, key=lambda j: j.seq)
+            job = next_job([j.job for j in ordered], self.costs.estimate(self.now), self.now)
+            return next(j for j in ordered if j.job is job)
+        key = self.policy.key
+        return min(queue, key=lambda j: (*key(j.job), j.seq))
 
     def waited(self) -> float:
         return self.wait * 0.5 ** ((self.now - self.wait_at) / WAIT_HALF_LIFE)
