@@ -192,3 +192,17 @@ def test_a_busy_worker_caps_later_segments_at_what_it_computes_within_a_busy_job
     slow = Cost(fixed=0.14, per_char=0.011)  # Kokoro's: a cap of a few characters is no phrase
     pacing.engine(Load(cost=slow, wait=0.2))
     assert pacing.busy_cap is None
+
+
+def test_the_next_words_wait_counts_what_of_it_is_in_hand_while_calm() -> None:
+    """At 10 tokens a second "Your new | password | needs": "nee" was in hand, yet the wait for
+    "needs" was counted as a whole word's, and "password" went alone. Busy, the whole word's
+    wait still counts (waiting on it stalled more in a burst)."""
+    engine = Cost(fixed=0.05, per_char=0.004)
+    for wait, lone_with_partial in ((0.0, False), (0.2, True)):
+        pacing = paced(cost=engine, wait=wait)
+        for k in range(20):  # 4 characters every 0.1 s: 40 a second
+            pacing.arrived("abcd", k / 10, first=k == 0)
+        ahead = 0.05  # about to run dry
+        assert pacing.fit(ahead, critical=True).lone  # a whole word's wait: too long
+        assert pacing.fit(ahead, critical=True, partial=3).lone is lone_with_partial

@@ -566,3 +566,15 @@ def test_a_first_segment_one_word_short_of_a_sentence_end_in_hand_takes_it() -> 
     seg.feed("Your package is at the depot right now. The dri")
     got = seg.next_segment(Urgency.FIRST, first_chars=30)
     assert got == Segment("Your package is at the depot right now.", Boundary.SENTENCE)
+
+
+def test_partial_chars_is_the_word_still_growing_at_the_end() -> None:
+    seg = Segmenter()
+    assert seg.partial_chars == 0
+    seg.feed("password nee")
+    assert seg.partial_chars == 3
+    seg.feed("ds ")
+    assert seg.partial_chars == 0  # whitespace follows it: a whole word
+    seg.feed("at")
+    seg.close()
+    assert seg.partial_chars == 0  # the text ended: nothing grows

@@ -247,8 +247,9 @@ class Pacing:
             return Urgency.URGENT
         return Urgency.IDLE if self._idle else Urgency.RELAXED
 
-    def fit(self, ahead: float, critical: bool = False) -> Fit:
-        """How long the next cut may be with ``ahead`` seconds left, and how short.
+    def fit(self, ahead: float, critical: bool = False, partial: int = 0) -> Fit:
+        """How long the next cut may be with ``ahead`` seconds left, and how short;
+        ``partial``: characters of the next word in hand, still growing.
 
         The most: synthesized within the audio left, less the margin; once ``critical``, less
         two thirds of it. With the whole margin nothing fits at the critical time (it leaves
@@ -268,8 +269,11 @@ class Pacing:
         most = self._cost.chars_within(ahead + _SLACK - margin - wait)
         gain = self._audio_per_char - self._cost.per_char
         least = math.ceil((self._cost.fixed + wait) / gain) if gain > 0 else self._max_chars
-        # The next word is due in about a word's time; with it the cut is a phrase.
-        word = WORD_CHARS / max(self._arrival.rates.written, 1.0)
+        # The next word is due in about a word's time, less what of it is in hand while calm
+        # (``partial`` characters; in a burst, waiting on it stalled more); with it the cut is a
+        # phrase.
+        coming = WORD_CHARS - (partial if self.calm else 0)
+        word = max(1, coming) / max(self._arrival.rates.written, 1.0)
         lone = word + self.latency(self._max_chars // 10, ahead) - ahead > LONE_WAIT
         # Segments waiting for the worker, not this session's own lateness (alone at 5 tokens
         # a second that let cuts end on "a").

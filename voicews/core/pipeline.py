@@ -252,7 +252,8 @@ class TurnPipeline:
             return Urgency.FLUSH, None
         ahead = self._ahead(now)
         urgency = shared.pacing.urgency(ahead, turn.segmenter.next_spoken)
-        return urgency, shared.pacing.fit(ahead, urgency is Urgency.CRITICAL)
+        partial = turn.segmenter.partial_chars
+        return urgency, shared.pacing.fit(ahead, urgency is Urgency.CRITICAL, partial)
 
     def _judge(self, job: InFlight, now: float) -> None:
         """A trial first segment: confirmed by the text since (what it gave goes out), or

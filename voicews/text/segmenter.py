@@ -232,6 +232,14 @@ class Segmenter:
         return spoken_length(self._buf.lstrip()[: self.config.max_chars])
 
     @property
+    def partial_chars(self) -> int:
+        """Characters of the word still growing at the end of the text (none once whitespace
+        follows it, or the text is closed): how much of the next word is in hand."""
+        if self._closed or not self._buf or self._buf[-1].isspace():
+            return 0
+        return len(self._buf.split()[-1])
+
+    @property
     def next_word(self) -> str:
         """The word the pending text starts with, if it is one of letters (a look-ahead for a
         segment cut before it: ``SynthesisOptions.then``); "" where it is not, or none has
