@@ -125,8 +125,9 @@ class Urgency(Enum):
     """Audio in hand: wait for a sentence end (or a clause once the text grows long)."""
     IDLE = "idle"
     """Audio in hand and the compute idle: a sentence end, or a clause end of at least
-    ``idle_clause_words``: computed now it costs no one anything, and the turn's last audio
-    comes sooner after its text ends (the sentence still arriving is then one clause)."""
+    ``idle_clause_words`` with a word after it in hand (said with it, the clause ends as its
+    sentence goes on): computed now it costs no one anything, and the turn's last audio comes
+    sooner after its text ends (the sentence still arriving is then one clause)."""
     URGENT = "urgent"
     """The listener is running low: a sentence or clause end, the longest piece there is."""
     CRITICAL = "critical"
@@ -304,6 +305,8 @@ class Segmenter:
         if urgency in (Urgency.URGENT, Urgency.IDLE):
             least = self.config.idle_clause_words if urgency is Urgency.IDLE else 0
             clauses = [c for c in fitting if c.boundary >= Boundary.CLAUSE and c.words >= least]
+            if urgency is Urgency.IDLE and not self._closed:
+                clauses = [c for c in clauses if self._buf[c.end :].strip()]
             if clauses:
                 return self._take(clauses[-1])
         if urgency is Urgency.CRITICAL or over_cap:
