@@ -34,7 +34,7 @@ pushed first audio p95 past 900 ms in the model)."""
 YIELDS_WITHIN = 0.2
 """Seconds past its due time within which a first segment yields to a playing listener's
 (:func:`next_job`); later than that it yields to no one, so the last first audio of a burst
-stays within the goal (16 at once, four bursts a run: first audio max 480-502 against 489-514 ms
+stays within the goal (16 at once, four bursts a run: first audio max 480-502 against 496-514 ms
 yielding however late, 425-490 never; pauses over 60 ms 1 against 8)."""
 WAIT_HALF_LIFE = 1.0
 """Seconds in which the queue wait last seen counts half as much: a wait seen in a burst says

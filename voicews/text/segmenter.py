@@ -406,8 +406,8 @@ class Segmenter:
             # alone would not either.
             whole = len(self._buf.split()) - (0 if self._buf[-1:].isspace() else 1)
             wait = not fit.lone and not self._closed and (bool(pairs) or whole < 2)
-            lone = cuts[0].spoken if cuts else 0
-            if wait or (pairs and pairs[0].spoken <= max(fit.most, lone) + fit.slack):
+            single = cuts[0].spoken if cuts else 0  # the lone word a pair would replace
+            if wait or (pairs and pairs[0].spoken <= max(fit.most, single) + fit.slack):
                 cuts = pairs
         sentence = next((c for c in cuts if c.boundary is Boundary.SENTENCE), None)
         if sentence is not None:
