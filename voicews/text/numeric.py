@@ -102,15 +102,26 @@ def fraction(a: int, b: int, locale: Locale) -> str:
     return f"{cardinal(a, locale)} {one if a == 1 else many}"
 
 
-def _money(core: str, token: Token, around: Around) -> str | None:
-    m = MONEY.fullmatch(core)
-    if m is not None:
+_Money = tuple[str, str, str, str | None, str | None, str | None]
+"""An amount of money as written: sign, symbol, amount, magnitude, and a range's upper
+amount and its magnitude."""
+
+
+def _money_parts(core: str) -> _Money | None:
+    """``core`` as an amount of money ("$4.2M", "-$5-10", "20€"); None if it is not one."""
+    if (m := MONEY.fullmatch(core)) is not None:
         sign, symbol, amount, magnitude, upper, upper_magnitude = m.groups()
-    elif (m := MONEY_AFTER.fullmatch(core)) is not None:
+        return sign, symbol, amount, magnitude, upper, upper_magnitude
+    if (m := MONEY_AFTER.fullmatch(core)) is not None:
         sign, amount, magnitude, symbol = m.groups()
-        upper = upper_magnitude = None
-    else:
+        return sign, symbol, amount, magnitude, None, None
+    return None
+
+
+def _money(core: str, token: Token, around: Around) -> str | None:
+    if (money := _money_parts(core)) is None:
         return None
+    sign, symbol, amount, magnitude, upper, upper_magnitude = money
     one, many, cent, cents = CURRENCIES[symbol]
     words = "minus " if sign in ("-", "\u2212") else ""
     locale = around.locale
@@ -151,13 +162,9 @@ def _scaled(
 def currency_before_scale(token: Token, scale: Token) -> str | None:
     """The currency a scale word says after it ("dollars" in "$4.2 million"), where
     ``token`` before it is an amount of money that leaves it unsaid; else None."""
-    core = token.core
-    if (m := MONEY.fullmatch(core)) is not None:
-        symbol, magnitude, upper_magnitude = m[2], m[4], m[6]
-    elif (m := MONEY_AFTER.fullmatch(core)) is not None:
-        symbol, magnitude, upper_magnitude = m[4], m[3], None
-    else:
+    if (money := _money_parts(token.core)) is None:
         return None
+    _, symbol, _, magnitude, _, upper_magnitude = money
     if not _scaled(token, scale, magnitude, upper_magnitude):
         return None
     return CURRENCIES[symbol][1]

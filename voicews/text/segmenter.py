@@ -161,6 +161,11 @@ class Fit:
     take rather than leave the first alone: what the engine computes in ``Pacing``'s
     ``WORD_SLACK`` (Piper's 12 characters, Kokoro's 2-5), against a word heard on its own."""
 
+    def pair_most(self, single: int) -> int:
+        """The most a pair may hold rather than leave a word of ``single`` characters alone:
+        the fit, or the lone word where it overruns the fit, and the slack."""
+        return max(self.most, single) + self.slack
+
 
 def spoken_length(text: str) -> int:
     """About how long ``text`` is as read aloud, in characters: what its synthesis costs and
@@ -374,7 +379,7 @@ class Segmenter:
             lenient = self._fitted(Urgency.CRITICAL, self._fitting_at(_Leaning.ON, busy_cap), fit)
             most = fit.most
             if cut is not None and cut.words == 1:  # a second word, as _fitted allows one
-                most = max(most, cut.spoken) + fit.slack
+                most = fit.pair_most(cut.spoken)
             if (
                 lenient is not None
                 and (lenient.words > 1 or not fits)
@@ -407,7 +412,7 @@ class Segmenter:
             whole = len(self._buf.split()) - (0 if self._buf[-1:].isspace() else 1)
             wait = not fit.lone and not self._closed and (bool(pairs) or whole < 2)
             single = cuts[0].spoken if cuts else 0  # the lone word a pair would replace
-            if wait or (pairs and pairs[0].spoken <= max(fit.most, single) + fit.slack):
+            if wait or (pairs and pairs[0].spoken <= fit.pair_most(single)):
                 cuts = pairs
         sentence = next((c for c in cuts if c.boundary is Boundary.SENTENCE), None)
         if sentence is not None:
