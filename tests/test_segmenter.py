@@ -294,6 +294,33 @@ def test_a_busy_worker_lets_a_critical_cut_end_on_any_word() -> None:
     assert got is not None and got.text == "like the"  # nothing else fits: a split, not a stall
 
 
+def test_busy_a_cut_that_cannot_spare_the_stall_does_not_split_a_phrase_for_it() -> None:
+    # Nothing fits (the listener stalls however the text is cut): a determiner end would
+    # add a break to the silence and gain nothing ("Okay. Preheat the | oven" in a burst).
+    verb = Segmenter()
+    verb.feed("Preheat the oven")
+    got = verb.next_segment(Urgency.CRITICAL, fit=Fit(most=0, least=4, split=True))
+    assert got is not None and got.text == "Preheat"
+    # Nor a sentence's last word paired with the next sentence's first ("see. The | next").
+    sentence = Segmenter()
+    sentence.feed("see. The next")
+    got = sentence.next_segment(Urgency.CRITICAL, fit=Fit(most=0, least=8, split=True))
+    assert got is not None and got.text == "see."
+
+
+def test_after_a_word_that_leads_on_a_phrase_starts_at_its_determiner() -> None:
+    # Where only a preposition's end fits, the cut goes before its determiner, not after it.
+    seg = Segmenter()
+    seg.feed("It looks like the 2:45 flight to Denver")
+    got = seg.next_segment(Urgency.CRITICAL, fit=Fit(most=20, least=9, split=True))
+    assert got is not None and got.text == "It looks like"
+    # After any other word a determiner is no such place: the longer piece is taken.
+    calm = Segmenter()
+    calm.feed("I checked your account today and the order")
+    got = calm.next_segment(Urgency.CRITICAL, fit=Fit(most=26, least=1))
+    assert got is not None and got.text == "I checked your account"
+
+
 def test_a_piece_too_short_to_gain_ground_is_not_cut_and_a_stall_takes_the_shortest_that_does() -> (
     None
 ):
