@@ -43,15 +43,25 @@ class Windowed:
         self.steps: list[list[str]] = []
         self.gate: Gate | None = None
         self.closed: list[str] = []
+        self.prepared: list[list[str]] = []
+        """The texts each ``prepare`` began together; one with "fizzle" fails it."""
 
     def synthesize(self, text: str, options: SynthesisOptions) -> Iterator[Audio | WordStarts]:
         for window in self.windows_of(text, options):
             assert isinstance(window, Window)
             yield self.decode_windows([window])[0]
 
+    def prepare(self, requests: Sequence[tuple[str, SynthesisOptions]]) -> list[object]:
+        texts = [text for text, _ in requests]
+        if any("fizzle" in text for text in texts):
+            raise RuntimeError("injected prepare fault")
+        self.prepared.append(texts)
+        return list(texts)
+
     def windows_of(
-        self, text: str, options: SynthesisOptions
+        self, text: str, options: SynthesisOptions, prepared: object | None = None
     ) -> Iterator[Window | Audio | WordStarts]:
+        assert prepared in (None, text)  # its own, if any
         try:
             words = text.split()
             for i, word in enumerate(words):
@@ -125,6 +135,45 @@ def test_sessions_ready_together_are_decoded_in_one_step_each_gets_its_own_audio
         assert [len(e.audio) for e in events if isinstance(e, JobAudio)] == [
             len(w) * HOP for w in words
         ]
+
+
+def test_syntheses_that_start_together_are_prepared_in_one_batch_in_deadline_order() -> None:
+    """Their first sentences' encoders, durations and flows in one host step (``prepare``),
+    as their windows decode in one; the job already running is not prepared again."""
+    engine, rec = Windowed(max_batch=8), Recorder()
+    worker = started(engine)
+    now = time.monotonic()
+    try:
+        gate = held(engine, worker, rec)
+        for name, due in (("b", 2.0), ("a", 1.0), ("c", 3.0)):
+            worker.submit(rec.speak(name, f"{name}1 {name}2", deadline=now + due))
+        gate.go.set()
+        rec.wait(4)
+        worker.submit(rec.speak("alone", "solo"))  # one at a time: begun as before
+        rec.wait(1)
+    finally:
+        worker.stop()
+    assert engine.prepared == [["a1 a2", "b1 b2", "c1 c2"]]
+    assert worker.stats.prepared_batches == 1 and worker.stats.prepared_texts == 3
+    for name in "abc":
+        assert audio_words(engine, rec, name) == [f"{name}1", f"{name}2"]
+    assert audio_words(engine, rec, "alone") == ["solo"]
+
+
+def test_where_preparing_together_fails_each_synthesis_begins_alone() -> None:
+    engine, rec = Windowed(max_batch=8), Recorder()
+    worker = started(engine)
+    try:
+        gate = held(engine, worker, rec)
+        worker.submit(rec.speak("odd", "fizzle", deadline=time.monotonic()))
+        worker.submit(rec.speak("fine", "fine words", deadline=time.monotonic()))
+        gate.go.set()
+        rec.wait(3)
+    finally:
+        worker.stop()
+    assert engine.prepared == []
+    assert audio_words(engine, rec, "odd") == ["fizzle"]
+    assert audio_words(engine, rec, "fine") == ["fine", "words"]
 
 
 def test_a_synthesis_that_placed_its_words_ends_with_its_last_window() -> None:

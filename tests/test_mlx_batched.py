@@ -26,7 +26,7 @@ from conftest import TEST_CONFIG, running, timeout  # noqa: E402
 from voicews.client import RealtimeClient, SpokenTurn  # noqa: E402
 from voicews.compute.execution import ComputeWorker  # noqa: E402
 from voicews.compute.jobs import JobAudio  # noqa: E402
-from voicews.engines.base import Engine, SynthesisOptions, WordStarts  # noqa: E402
+from voicews.engines.base import Engine, SynthesisOptions, Window, WordStarts  # noqa: E402
 from voicews.engines.mlx_piper import MlxPiperEngine  # noqa: E402
 from voicews.engines.mlx_piper.engine import MlxConfig  # noqa: E402
 from voicews.engines.mlx_piper.weights import load_voice_weights  # noqa: E402
@@ -79,6 +79,27 @@ def test_sessions_decoded_together_get_the_audio_each_gets_alone(weights_cache: 
         ]
         assert [len(a) for a in got] == [len(a) for a in want]
         np.testing.assert_allclose(np.concatenate(got), np.concatenate(want), atol=1e-5)
+
+
+def test_texts_begun_together_sound_as_each_alone(weights_cache: Path) -> None:
+    """Their first sentences' encoders, durations and flows in one batch, padded to the
+    longest and masked (``prepare``: the lane's host step for sessions that start together):
+    each text's audio and word starts are its own alone, the seeded noise drawn in the same
+    order; a second sentence runs when its windows come, as alone."""
+    texts = [*TEXTS.values(), "Two sentences here. And a second one."]
+    together, alone = batched_engine(weights_cache), batched_engine(weights_cache)
+    prepared = together.prepare([(text, SynthesisOptions()) for text in texts])
+    for text, ready in zip(texts, prepared, strict=True):
+        assert ready is not None
+        items = list(together.windows_of(text, SynthesisOptions(), ready))
+        got = together.decode_windows([i for i in items if isinstance(i, Window)])
+        solo = list(alone.synthesize(text, SynthesisOptions()))
+        want = [a for a in solo if not isinstance(a, WordStarts)]
+        assert [len(a) for a in got] == [len(a) for a in want]
+        np.testing.assert_allclose(np.concatenate(got), np.concatenate(want), atol=1e-5)
+        assert [i for i in items if isinstance(i, WordStarts)] == [
+            a for a in solo if isinstance(a, WordStarts)
+        ]
 
 
 class _Quiet(MlxPiperEngine):

@@ -89,6 +89,12 @@ class Metrics:
             ("batches", "Batched decoder steps so far (MLX engines)", lambda: stats.batches),
             ("batched_windows", "Windows those steps decoded", lambda: stats.batched_windows),
             ("largest_batch", "Most windows one step decoded", lambda: stats.largest_batch),
+            (
+                "prepared_batches",
+                "Host steps that began several syntheses together (MLX engines)",
+                lambda: stats.prepared_batches,
+            ),
+            ("prepared_texts", "Syntheses those steps began", lambda: stats.prepared_texts),
         ):
             Gauge(f"voicews_worker_{name}", help_text, registry=r).set_function(read)
         Gauge(

@@ -26,6 +26,11 @@ audio, and first audio.
     python -m bench mlx_ops                      # counts only (~2 min on MLX's CPU backend)
     python -m bench mlx_ops --time 3 --json ops.json
     python -m bench mlx_ops --chunks --time 5             # timing only
+    python -m bench mlx_ops --chunks --together 1 4 16 64 # sessions beginning at once
+
+With ``--together`` it counts the host step that begins several syntheses at once (their
+first sentences' encoders, durations and flows, ``MlxPiperEngine.prepare``) against each
+begun alone.
 """
 
 from __future__ import annotations
@@ -186,6 +191,45 @@ def counts(args: argparse.Namespace) -> list[dict[str, Any]]:
     return rows
 
 
+BEGUN = (
+    "Sure, I can help with that.",
+    "Your order shipped this morning.",
+    "Let me check the schedule.",
+    "The meeting moved to three.",
+)
+"""Replies' first sentences, for ``--together``: sessions beginning a turn at once."""
+
+
+def begun(args: argparse.Namespace) -> list[dict[str, Any]]:
+    """Beginning ``n`` syntheses at once, for each ``n`` of ``--together``: each sentence's
+    encoder, durations and flow alone (as a lone session's) against all of them in one batch
+    (``prepare``, the batched lane's host step): operations (a GPU's graph) and evaluations."""
+    engine = build(MlxConfig(decode="whole"), args.conv)
+    options, norm = SynthesisOptions(), layer_norm_ops() - 1
+    rows = []
+    for n in args.together:
+        texts = [BEGUN[i % len(BEGUN)] for i in range(n)]
+        ids = [engine.phoneme_ids(text)[0] for text in texts]
+        engine.prepare([(text, options) for text in texts])  # once uncounted
+        with counting() as alone:
+            for sentence in ids:
+                engine._decoder_input(engine._latents(sentence, 1.0).z_p)
+        with counting() as together:
+            engine.prepare([(text, options) for text in texts])
+        row: dict[str, Any] = {"sentences": n}
+        for name, evals in (("alone", alone), ("together", together)):
+            row[f"{name}_ops"] = sum(evals.ops) - evals.layer_norms * norm
+            row[f"{name}_evals"] = len(evals.ops)
+        rows.append(row)
+        print(
+            f"begin {n:3} sentences: alone {row['alone_ops']:7} operations in "
+            f"{row['alone_evals']:3} evals, together {row['together_ops']:5} in "
+            f"{row['together_evals']} ({row['alone_ops'] / row['together_ops']:.1f}x fewer)",
+            flush=True,
+        )
+    return rows
+
+
 def timing(args: argparse.Namespace) -> list[dict[str, Any]]:
     """Shipped against now on this machine's default MLX device, alternating, same noise."""
     variants: dict[str, Callable[[], MlxPiperEngine]] = {
@@ -244,11 +288,16 @@ def main() -> None:
     parser.add_argument("--conv", choices=["native", "matmul"], default="native")
     parser.add_argument("--sentences", nargs="+", choices=SENTENCES, default=list(SENTENCES))
     parser.add_argument("--time", type=int, default=0, help="timed runs of each decoder")
+    parser.add_argument(
+        "--together", type=int, nargs="*", default=[], help="sentences begun at once (1 4 16)"
+    )
     parser.add_argument("--json", help="write the rows here")
     args = parser.parse_args()
     result: dict[str, Any] = {"version": source_version(), "conv": args.conv}
     if args.chunks:
         result["counts"] = counts(args)
+    if args.together:
+        result["begun"] = begun(args)
     if args.time:
         result["timing"] = timing(args)
     if args.json:

@@ -14,6 +14,7 @@ as on any lane.
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Generator, Iterator
 from typing import TYPE_CHECKING, Any, cast
@@ -24,6 +25,8 @@ from .jobs import Job, JobAudio, JobWords, Synthesis, close, event_of
 
 if TYPE_CHECKING:
     from .execution import ComputeWorker
+
+log = logging.getLogger(__name__)
 
 _POLL = 0.05
 """Longest sleep while windows wait for a batch (the deadlines' clock may not be the
@@ -60,7 +63,10 @@ class BatchLane:
                 return
             self._drop_cancelled()
             if job is not None:
-                self._advance(job)
+                jobs = [job, *self._starting_with(job, lane)]
+                shares = self._prepare(jobs)
+                for each in jobs:
+                    self._advance(each, shares.get(each, 0.0))
             with worker._cond:  # jobs still queued: their windows are moments away
                 pending = worker._plan.queued > 0
             batch = self._gather.take(worker._clock(), pending)
@@ -83,6 +89,49 @@ class BatchLane:
             worker._cond.wait(None if due is None else min(_POLL, due - now))
         return None, worker._plan.drain(lane)
 
+    def _starting_with(self, job: Job, lane: int) -> list[Job]:
+        """Where ``job`` starts a synthesis, the other jobs due now, up to a batch: their
+        host parts run next, and those that start theirs are prepared together with it."""
+        if not _starts(job):
+            return []
+        worker = self._worker
+        more: list[Job] = []
+        cancelled: list[Job] = []
+        with worker._cond:
+            while len(more) + 1 < self._engine.max_batch:
+                other, dropped = worker._plan.take(lane, worker._clock())
+                cancelled += dropped
+                if other is not None:
+                    more.append(other)
+                elif not dropped:
+                    break
+        for each in cancelled:
+            close(each)
+        return more
+
+    def _prepare(self, jobs: list[Job]) -> dict[Job, float]:
+        """The syntheses among ``jobs`` that start now, begun together
+        (``WindowedEngine.prepare``: one batch of their first sentences' encoders, durations
+        and flows, where each alone is one); each one's share of its seconds. Where it fails,
+        each begins alone, and meets its own error there."""
+        starting = [job for job in jobs if _starts(job)]
+        if len(starting) < 2:
+            return {}
+        worker = self._worker
+        started = worker._clock()
+        runs = [cast(Synthesis, job.run) for job in starting]
+        try:
+            prepared = self._engine.prepare([(run.text, run.options) for run in runs])
+        except Exception:
+            log.exception("preparing %d syntheses together failed: each begins alone", len(runs))
+            return {}
+        for job, run, ready in zip(starting, runs, prepared, strict=True):
+            job._steps = self._engine.windows_of(run.text, run.options, ready)
+        ended = worker._clock()
+        worker.stats.record(ended, ended - started)
+        worker.stats.prepared(len(starting))
+        return {job: (ended - started) / len(starting) for job in starting}
+
     def _cancelled(self) -> bool:
         return any(job.cancelled for job in self._started)
 
@@ -93,10 +142,11 @@ class BatchLane:
             self._finish(job, self._worker._clock(), 0.0, False, 0.0)
             close(job)
 
-    def _advance(self, job: Job) -> None:
+    def _advance(self, job: Job, shared: float = 0.0) -> None:
         """Run ``job``'s host part up to its next window, which joins the gatherer; anything
         else it yields (audio, text, its end) goes to its session as one step, and word starts
-        go with what follows them."""
+        go with what follows them. ``shared``: its part of a host step run with others'
+        (:meth:`_prepare`), booked to it with its own."""
         worker, engine = self._worker, self._engine
         started = worker._clock()
         while True:
@@ -111,7 +161,7 @@ class BatchLane:
                 if isinstance(item, Window):
                     ended = worker._clock()
                     worker.stats.record(ended, ended - started)
-                    self._started[job], self._host[job] = started, ended - started
+                    self._started[job], self._host[job] = started, ended - started + shared
                     self._gather.offer(job, item.frames, job.due(), item, ended)
                     return
                 event = None if item is None else event_of(item)
@@ -125,8 +175,8 @@ class BatchLane:
         self._worded.discard(job)
         ended = worker._clock()
         worker.stats.record(ended, ended - started)
-        job._computed += ended - started
-        worker._stepped(job, started, ended, ended - started, more, audio_seconds)
+        job._computed += ended - started + shared
+        worker._stepped(job, started, ended, ended - started + shared, more, audio_seconds)
 
     def _decode(self, batch: list[Ready[Window]]) -> None:
         """One decoder step for ``batch``'s windows; each job gets its own audio."""
@@ -182,6 +232,11 @@ class BatchLane:
         started, host = self._started.pop(job), self._host.pop(job)
         job._computed += host + max(share, waited)
         self._worker._stepped(job, started, ended, host + share, more, audio_seconds)
+
+
+def _starts(job: Job) -> bool:
+    """Whether ``job`` is a synthesis that has not begun."""
+    return job._steps is None and isinstance(job.run, Synthesis)
 
 
 def _again(item: Any, rest: Iterator[Any]) -> Iterator[Any]:

@@ -96,11 +96,18 @@ class WindowedEngine(Engine, Protocol):
     batch_wait: float
     """Seconds the most urgent window waits for others to join its batch, at most."""
 
+    def prepare(self, requests: Sequence[tuple[str, SynthesisOptions]]) -> Sequence[object]:
+        """For syntheses that start together, what each needs before its first window, made
+        for all of them in one batch (a GPU's: the encoder, durations and flow): one item per
+        request, each for :meth:`windows_of` (None where there is nothing to make)."""
+        ...
+
     def windows_of(
-        self, text: str, options: SynthesisOptions
+        self, text: str, options: SynthesisOptions, prepared: object | None = None
     ) -> Iterator[Window | Audio | WordStarts]:
         """What ``synthesize`` gives, each chunk of audio left as the window to decode (or,
-        for options its windows cannot serve, the audio itself)."""
+        for options its windows cannot serve, the audio itself); ``prepared``: this text's
+        item from :meth:`prepare`."""
         ...
 
     def window_bucket(self, frames: int) -> int:

@@ -8,7 +8,14 @@ import math
 import mlx.core as mx
 import numpy as np
 
-from .layers import DepthwiseConv, conv_from, count_modules, layer_norm, layer_norm_params
+from .layers import (
+    DepthwiseConv,
+    conv_from,
+    count_modules,
+    layer_norm,
+    layer_norm_params,
+    masked,
+)
 from .weights import VoiceWeights
 
 SPLINE_TAIL_BOUND = 5.0
@@ -43,11 +50,11 @@ class DDSConv:
         self.norms_1 = [_halved(layer_norm_params(w, f"{prefix}.norms_1.{i}")) for i in range(n)]
         self.norms_2 = [_halved(layer_norm_params(w, f"{prefix}.norms_2.{i}")) for i in range(n)]
 
-    def __call__(self, x: mx.array) -> mx.array:
+    def __call__(self, x: mx.array, mask: mx.array | None = None) -> mx.array:
         for sep, pointwise, norm_1, norm_2 in zip(
             self.sep, self.pointwise, self.norms_1, self.norms_2, strict=True
         ):
-            u = layer_norm(sep(x), norm_1)
+            u = layer_norm(sep(masked(x, mask)), norm_1)
             u = layer_norm(pointwise(u + u * mx.erf(u)), norm_2)
             x = x + (u + u * mx.erf(u)) * _ROOT_HALF
         return x
@@ -114,12 +121,12 @@ class ConvFlow:
         self.filter_channels = self.pre.out_channels
         self.half = int(w[f"{prefix}.pre.weight"].shape[2])
 
-    def reverse(self, z: mx.array, cond: mx.array) -> mx.array:
-        x0, x1 = z[:, : self.half], z[:, self.half :]
-        h = self.proj(self.convs(self.pre(x0) + cond))
-        h = h.reshape(h.shape[0], self.half, -1)
+    def reverse(self, z: mx.array, cond: mx.array, mask: mx.array | None = None) -> mx.array:
+        x0, x1 = z[..., : self.half], z[..., self.half :]
+        h = self.proj(self.convs(self.pre(x0) + cond, mask))
+        h = h.reshape(*h.shape[:-1], self.half, -1)
         x1 = rational_quadratic_inverse(x1, h, 1.0 / math.sqrt(self.filter_channels))
-        return mx.concatenate([x0, x1], axis=1)
+        return mx.concatenate([x0, x1], axis=-1)
 
 
 class DurationPredictor:
@@ -145,11 +152,12 @@ class DurationPredictor:
         self.affine_m = w["dp.flows.0.m"][:, 0]
         self.affine_scale = mx.exp(-w["dp.flows.0.logs"][:, 0])
 
-    def __call__(self, x: mx.array, noise: mx.array) -> mx.array:
-        """``noise``: ``(T, 2)`` standard normal times ``noise_w``. Returns log durations."""
-        cond = self.proj(self.convs(self.pre(x)))
+    def __call__(self, x: mx.array, noise: mx.array, mask: mx.array | None = None) -> mx.array:
+        """``noise``: ``(T, 2)`` standard normal times ``noise_w`` (or ``(B, T, 2)`` for
+        sentences padded past ``mask``, :func:`.layers.time_mask`). Returns log durations."""
+        cond = self.proj(self.convs(self.pre(x), mask))
         z = noise
         for flow in self.flows:
-            z = flow.reverse(z[:, ::-1], cond)
-        z = (z[:, ::-1] - self.affine_m) * self.affine_scale
-        return z[:, 0]
+            z = flow.reverse(z[..., ::-1], cond, mask)
+        z = (z[..., ::-1] - self.affine_m) * self.affine_scale
+        return z[..., 0]

@@ -3,12 +3,21 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import mlx.core as mx
 import numpy as np
 
-from .layers import Conv, conv_from, count_modules, layer_norm, layer_norm_params
+from .layers import (
+    Conv,
+    conv_from,
+    count_modules,
+    layer_norm,
+    layer_norm_params,
+    masked,
+    time_mask,
+)
 from .weights import VoiceWeights
 
 
@@ -58,59 +67,87 @@ class TextEncoder:
         self.proj = conv_from(w, "enc_p.proj", matmul)
         self.out_channels = self.proj.out_channels // 2
 
-    def __call__(self, ids: mx.array) -> tuple[mx.array, mx.array, mx.array]:
+    def __call__(
+        self, ids: mx.array, lengths: Sequence[int] | None = None
+    ) -> tuple[mx.array, mx.array, mx.array]:
+        """``ids``: ``(T,)`` for one sentence; or ``(B, T)``, sentences padded after their
+        ``lengths``, whose outputs within those lengths are each one's alone (to float
+        rounding): the padding is masked as Piper masks a batch."""
         x = self.embedding[ids]
-        positions = _Positions.of(int(ids.shape[0]), self.heads, self.window)
+        mask = None if lengths is None else time_mask(lengths, int(ids.shape[-1]))
+        positions = _Positions.of(int(ids.shape[-1]), self.heads, self.window, lengths)
         for layer in self.layers:
             x = layer_norm(x + self._attention(layer, x, positions), layer.norm_1)
-            y = layer.ffn_2(mx.maximum(layer.ffn_1(x), 0.0))
+            y = layer.ffn_2(masked(mx.maximum(layer.ffn_1(masked(x, mask)), 0.0), mask))
             x = layer_norm(x + y, layer.norm_2)
         stats = self.proj(x)
-        return x, stats[:, : self.out_channels], stats[:, self.out_channels :]
+        return x, stats[..., : self.out_channels], stats[..., self.out_channels :]
 
     def _attention(self, layer: _AttentionLayer, x: mx.array, at: _Positions) -> mx.array:
         """Self-attention with relative position keys and values within +-window."""
-        length, heads, dk = x.shape[0], self.heads, self.head_channels
+        *batch, length, _ = x.shape
+        heads, dk = self.heads, self.head_channels
 
         def split(t: mx.array) -> mx.array:
-            return t.reshape(length, heads, dk).transpose(1, 0, 2)
+            return t.reshape(*batch, length, heads, dk).swapaxes(-3, -2)
 
         q, k, v = split(layer.q(x)), split(layer.k(x)), split(layer.v(x))
-        rel_logits = q @ layer.rel_k  # (heads, T, 2w+1), by offset j - i
-        scores = q @ k.transpose(0, 2, 1)
-        scores = scores + mx.take_along_axis(rel_logits, at.rel_index, 2) * at.in_window
+        rel_logits = q @ layer.rel_k  # (..., heads, T, 2w+1), by offset j - i
+        scores = q @ k.swapaxes(-1, -2)
+        scores = scores + mx.take_along_axis(rel_logits, at.rel_index, -1) * at.in_window
+        if at.padding is not None:
+            scores = scores + at.padding
         p = mx.softmax(scores, axis=-1)
         # The attention weight of each relative offset, for the relative value embeddings.
-        rel_weights = mx.take_along_axis(p, at.col_index, 2) * at.in_range
+        rel_weights = mx.take_along_axis(p, at.col_index, -1) * at.in_range
         out = p @ v + rel_weights @ layer.rel_v
-        return layer.o(out.transpose(1, 0, 2).reshape(length, heads * dk))
+        return layer.o(out.swapaxes(-3, -2).reshape(*batch, length, heads * dk))
 
 
 @dataclass(frozen=True)
 class _Positions:
-    """Where relative attention reads, for ``length`` phonemes: built on the host once per
-    sentence, so its every layer's indices and masks cost no operation."""
+    """Where relative attention reads, for ``length`` phonemes (or sentences of ``lengths``
+    padded to it): built on the host once per call, so its every layer's indices and masks
+    cost no operation."""
 
     rel_index: mx.array
-    """``(heads, T, T)``: the relative key embedding each (query, key) pair reads."""
+    """``(..., heads, T, T)``: the relative key embedding each (query, key) pair reads."""
     in_window: mx.array
-    """``(heads, T, T)``: 1 where the key is within the window of the query."""
+    """``(..., heads, T, T)``: 1 where the key is within the window of the query."""
     col_index: mx.array
-    """``(heads, T, 2w + 1)``: the key each (query, offset) pair is."""
+    """``(..., heads, T, 2w + 1)``: the key each (query, offset) pair is."""
     in_range: mx.array
-    """``(heads, T, 2w + 1)``: 1 where that key is inside the sentence."""
+    """``(..., heads, T, 2w + 1)``: 1 where that key is inside the sentence."""
+    padding: mx.array | None
+    """``(B, 1, 1, T)``: -1e4 on the keys past each sentence's end (Piper's masked fill: their
+    weight is then exactly 0); None for one sentence."""
 
     @classmethod
-    def of(cls, length: int, heads: int, window: int) -> _Positions:
+    def of(
+        cls, length: int, heads: int, window: int, lengths: Sequence[int] | None = None
+    ) -> _Positions:
+        ends = np.asarray([length] if lengths is None else lengths)[:, None, None]
         offsets = np.arange(length)[None, :] - np.arange(length)[:, None]
         cols = np.arange(length)[:, None] + np.arange(-window, window + 1)[None, :]
+        lead = () if lengths is None else (len(lengths),)
 
         def per_head(a: np.ndarray, dtype: type) -> mx.array:
-            return mx.array(np.ascontiguousarray(np.broadcast_to(a, (heads, *a.shape)), dtype))
+            a = a[:, None] if a.ndim == 3 else a  # by sentence: (B, 1, T, ...)
+            shape = (*lead, heads, *a.shape[-2:])
+            return mx.array(np.ascontiguousarray(np.broadcast_to(a, shape), dtype))
 
+        def per_sentence(a: np.ndarray) -> np.ndarray:
+            """``(B, T, ...)`` by sentence; one sentence's ``(T, ...)`` alone."""
+            return a[0] if lengths is None else a
+
+        padding = None
+        if lengths is not None:
+            past = np.arange(length)[None, :] >= np.asarray(lengths)[:, None]
+            padding = mx.array((past * np.float32(-1e4))[:, None, None, :].astype(np.float32))
         return cls(
             rel_index=per_head(np.clip(offsets + window, 0, 2 * window), np.int32),
             in_window=per_head(np.abs(offsets) <= window, np.float32),
-            col_index=per_head(np.clip(cols, 0, length - 1), np.int32),
-            in_range=per_head((cols >= 0) & (cols < length), np.float32),
+            col_index=per_head(per_sentence(np.clip(cols, 0, ends - 1)), np.int32),
+            in_range=per_head(per_sentence((cols >= 0) & (cols < ends)), np.float32),
+            padding=padding,
         )

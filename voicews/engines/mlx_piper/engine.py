@@ -39,6 +39,16 @@ ENV_PREFIX = "VOICEWS_MLX_"
 
 
 @dataclass(frozen=True, slots=True)
+class PreparedText:
+    """A text's sentences (phonemes and ids), and its first sentence's decoder input and
+    frames per phoneme id, computed beside other texts' (``MlxPiperEngine.prepare``)."""
+
+    sentences: list[tuple[list[str], list[int]]]
+    z: npt.NDArray[np.float32]
+    durations: npt.NDArray[np.int64]
+
+
+@dataclass(frozen=True, slots=True)
 class MlxConfig:
     """Server-wide settings; each field is read from ``VOICEWS_MLX_<FIELD>`` by :meth:`from_env`."""
 
@@ -240,8 +250,13 @@ class MlxPiperEngine:
             noise_scale=self._noise_scale,
             length_scale=self._length_scale / speed,
             noise_w=self._noise_w,
-            rng=self._rng,
+            rng=self._sentence_rng(),
         )
+
+    def _sentence_rng(self) -> np.random.Generator:
+        """A sentence's own noise, seeded from the engine's in the order sentences start:
+        the same whether its latents run alone or beside others' (:meth:`prepare`)."""
+        return np.random.default_rng(int(self._rng.integers(1 << 63)))
 
     def _plan(self, frames: int, options: SynthesisOptions) -> list[tuple[int, int]]:
         from .decode import window_plan
@@ -266,23 +281,55 @@ class MlxPiperEngine:
         mx.eval(z)
         return np.array(z, dtype=np.float32)
 
+    def prepare(
+        self, requests: Sequence[tuple[str, SynthesisOptions]]
+    ) -> list[PreparedText | None]:
+        """For syntheses that start together (the batched lane takes them at once): each
+        one's sentences, its first sentence's encoder, durations and flow run beside the
+        others' in one batch (:meth:`PiperVits.decoder_inputs`), for :meth:`windows_of`. None
+        for a request it would not decode in windows, or with nothing to say."""
+        prepared: list[PreparedText | None] = [None] * len(requests)
+        firsts = []
+        for i, (text, options) in enumerate(requests):
+            if options.overlap_frames is None and (
+                sentences := self._sentences(text, options.speed)
+            ):
+                firsts.append((i, sentences, options.speed, self._sentence_rng()))
+        if not firsts:
+            return prepared
+        inputs = self.model.decoder_inputs(
+            [sentences[0][1] for _, sentences, _, _ in firsts],
+            noise_scale=self._noise_scale,
+            length_scales=[self._length_scale / speed for _, _, speed, _ in firsts],
+            noise_w=self._noise_w,
+            rngs=[rng for *_, rng in firsts],
+        )
+        for (i, sentences, _, _), (z, durations) in zip(firsts, inputs, strict=True):
+            prepared[i] = PreparedText(sentences, z, durations)
+        return prepared
+
     def windows_of(
-        self, text: str, options: SynthesisOptions
+        self, text: str, options: SynthesisOptions, prepared: object | None = None
     ) -> Iterator[Window | Audio | WordStarts]:
         """``text``'s windows in order, its word starts just before the last (that window
         ends the synthesis): for a caller that decodes several streams' windows at once
         (:meth:`decode_windows`). Each sentence's encoder, durations and flow run when its
-        first window is asked for. A session that asks for ``overlap`` windows gets its audio
-        as ``synthesize`` makes it."""
+        first window is asked for, but the first sentence's where ``prepared`` (this text's,
+        from :meth:`prepare`) has it. A session that asks for ``overlap`` windows gets its
+        audio as ``synthesize`` makes it."""
         if options.overlap_frames is not None:
             yield from self.synthesize(text, options)
             return
         timed = []
-        sentences = self._sentences(text, options.speed)
+        ready = prepared if isinstance(prepared, PreparedText) else None
+        sentences = ready.sentences if ready else self._sentences(text, options.speed)
         for i, (phonemes, ids) in enumerate(sentences):
-            latents = self._latents(ids, options.speed)
-            z = self._decoder_input(latents.z_p)
-            timed.append((phonemes, latents.durations * self._hop))
+            if i == 0 and ready is not None:
+                z, durations = ready.z, ready.durations
+            else:
+                latents = self._latents(ids, options.speed)
+                z, durations = self._decoder_input(latents.z_p), latents.durations
+            timed.append((phonemes, durations * self._hop))
             plan = self._plan(int(z.shape[0]), options)
             for k, (start, end) in enumerate(plan):
                 last = i == len(sentences) - 1 and k == len(plan) - 1
@@ -300,10 +347,11 @@ class MlxPiperEngine:
         return self.windows.decode(windows)
 
     def warm(self) -> float:
-        """Compiles and runs the shapes synthesis will use (one sentence through the encoder;
-        with ``whole`` decoding each window bucket at each batch size the worker's batches are
-        padded to); returns the seconds it took. Before this, a fresh process's first window
-        pays the kernel compilation (10-14 s on MLX CUDA). The seeded noise is left as it was."""
+        """Compiles and runs the shapes synthesis will use (one sentence through the encoder,
+        and two together where sessions are batched; with ``whole`` decoding each window
+        bucket at each batch size the worker's batches are padded to); returns the seconds it
+        took. Before this, a fresh process's first window pays the kernel compilation (10-14 s
+        on MLX CUDA). The seeded noise is left as it was."""
         import time
 
         start = time.perf_counter()
@@ -311,6 +359,8 @@ class MlxPiperEngine:
         try:
             for _ in self.synthesize("Warming up.", SynthesisOptions()):
                 pass
+            if self.batched:  # sessions beginning together: their encoders in one batch
+                self.prepare([("Warming up.", SynthesisOptions())] * 2)
             if self.decode == "whole":
                 windows = self.windows
                 top = windows.batch_size(self.max_batch) if windows.bucketed else 1

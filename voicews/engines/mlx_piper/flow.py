@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import mlx.core as mx
 
-from .layers import Conv, conv_from, count_modules
+from .layers import Conv, conv_from, count_modules, masked
 from .weights import VoiceWeights
 
 
@@ -21,22 +21,22 @@ class Coupling:
     half: int
     hidden: int
 
-    def wavenet(self, h: mx.array) -> mx.array:
+    def wavenet(self, h: mx.array, mask: mx.array | None = None) -> mx.array:
         out: mx.array | None = None
         last = len(self.in_layers) - 1
         for i, (conv_in, conv_rs) in enumerate(zip(self.in_layers, self.res_skip, strict=True)):
-            rs = conv_rs(gated(conv_in(h), self.hidden))
-            skip = rs if i == last else rs[:, self.hidden :]
+            rs = conv_rs(gated(conv_in(masked(h, mask)), self.hidden))
+            skip = rs if i == last else rs[..., self.hidden :]
             if i != last:
-                h = h + rs[:, : self.hidden]
+                h = h + rs[..., : self.hidden]
             out = skip if out is None else out + skip
         assert out is not None
         return out
 
-    def reverse(self, z: mx.array) -> mx.array:
-        x0 = z[:, : self.half]
-        m = self.post(self.wavenet(self.pre(x0)))
-        return mx.concatenate([x0, z[:, self.half :] - m], axis=1)
+    def reverse(self, z: mx.array, mask: mx.array | None = None) -> mx.array:
+        x0 = z[..., : self.half]
+        m = self.post(self.wavenet(self.pre(x0), mask))
+        return mx.concatenate([x0, z[..., self.half :] - m], axis=-1)
 
 
 def gated(x: mx.array, hidden: int) -> mx.array:
@@ -75,7 +75,9 @@ class Flow:
         self.reach = sum(c.pad_left for cp in self.couplings for c in cp.in_layers)
         """Latent frames of context each side that one output frame depends on."""
 
-    def reverse(self, z: mx.array) -> mx.array:
+    def reverse(self, z: mx.array, mask: mx.array | None = None) -> mx.array:
+        """``z``: ``(T, C)``, or ``(B, T, C)`` for sentences padded past ``mask``
+        (:func:`.layers.time_mask`)."""
         for coupling in self.couplings:
-            z = coupling.reverse(z[:, ::-1])
+            z = coupling.reverse(z[..., ::-1], mask)
         return z

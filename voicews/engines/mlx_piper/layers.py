@@ -3,6 +3,8 @@ native on a GPU), polyphase transposed convolutions, layer norm, activations."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import mlx.core as mx
 import numpy as np
 
@@ -99,18 +101,23 @@ class DepthwiseConv:
         self._bias = bias
 
     def __call__(self, x: mx.array) -> mx.array:
+        """``(T, C)``, or ``(B, T, C)`` for sentences side by side."""
         x = pad_time(x, self.pad_left, self.pad_right)
         if self._native:
             groups = int(self._weight.shape[0])
+            one = x.ndim == 2
             y = mx.conv1d(
-                x.reshape(1, *x.shape), self._weight, dilation=self.dilation, groups=groups
+                x.reshape(1, *x.shape) if one else x,
+                self._weight,
+                dilation=self.dilation,
+                groups=groups,
             )
-            return y.reshape(y.shape[1:]) + self._bias
-        length = x.shape[0] - self.span
+            return (y.reshape(y.shape[1:]) if one else y) + self._bias
+        length = x.shape[-2] - self.span
         d = self.dilation
-        y = self._bias + x[0:length] * self._taps[0]
+        y = self._bias + x[..., 0:length, :] * self._taps[0]
         for k in range(1, self.kernel):
-            y = y + x[k * d : k * d + length] * self._taps[k]
+            y = y + x[..., k * d : k * d + length, :] * self._taps[k]
         return y
 
 
@@ -199,3 +206,16 @@ def layer_norm_params(w: VoiceWeights, prefix: str) -> tuple[mx.array, mx.array]
 
 def layer_norm(x: mx.array, params: tuple[mx.array, mx.array]) -> mx.array:
     return mx.fast.layer_norm(x, params[0], params[1], 1e-5)
+
+
+def masked(x: mx.array, mask: mx.array | None) -> mx.array:
+    """``x`` zeroed past each sentence's end (``mask``: ``(B, T, 1)``, None for one sentence),
+    before a convolution that reaches its neighbours: it then reads the zeros a sentence of
+    its own would be padded with."""
+    return x if mask is None else x * mask
+
+
+def time_mask(lengths: Sequence[int], length: int) -> mx.array:
+    """``(B, length, 1)``: 1 within each sentence's ``lengths``, 0 after it."""
+    inside = np.arange(length)[None, :] < np.asarray(lengths)[:, None]
+    return mx.array(inside[:, :, None].astype(np.float32))

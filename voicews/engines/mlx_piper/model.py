@@ -15,6 +15,7 @@ interleaved), which gives the same result without multiplying stuffed zeros.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import mlx.core as mx
@@ -25,7 +26,7 @@ from .durations import DurationPredictor
 from .encoder import TextEncoder
 from .flow import Flow
 from .generator import Generator
-from .layers import default_use_matmul
+from .layers import default_use_matmul, time_mask
 from .weights import VoiceWeights
 
 
@@ -77,6 +78,54 @@ class PiperVits:
         eps = rng.standard_normal(m_p.shape).astype(np.float32) * np.float32(noise_scale)
         z_p = m_p + mx.array(eps) * mx.exp(logs_p)
         return Latents(z_p=z_p, durations=durations)
+
+    def decoder_inputs(
+        self,
+        sentences: Sequence[list[int]],
+        *,
+        noise_scale: float,
+        length_scales: Sequence[float],
+        noise_w: float,
+        rngs: Sequence[np.random.Generator],
+    ) -> list[tuple[npt.NDArray[np.float32], npt.NDArray[np.int64]]]:
+        """Each sentence's flow output (the decoder's input, on the host) and frames per
+        phoneme id, for sentences that start together: :meth:`latents` then the flow, as for
+        each alone (with its own ``rngs``, drawn as it draws them), but in one batch padded to
+        the longest and masked as Piper masks one. Two evaluations however many sentences (the
+        durations, then the flow), where each alone takes two: a GPU dispatches each operation
+        once for all of them."""
+        lengths = [len(ids) for ids in sentences]
+        padded = np.zeros((len(sentences), max(lengths)), np.int32)
+        noise = np.zeros((*padded.shape, 2), np.float32)
+        for b, ids in enumerate(sentences):
+            padded[b, : len(ids)] = ids
+            draw = rngs[b].standard_normal((len(ids), 2)).astype(np.float32)
+            noise[b, : len(ids)] = draw * np.float32(noise_w)
+        mask = time_mask(lengths, padded.shape[1])
+        x, m, logs = self.encoder(mx.array(padded), lengths)
+        logw = self.duration(x, mx.array(noise), mask)
+        scales = mx.array(np.asarray(length_scales, np.float32)[:, None])
+        w = mx.ceil(mx.exp(logw) * scales)
+        mx.eval(w)  # the durations decide every shape after them
+        durations = [np.array(w[b, :n]).astype(np.int64) for b, n in enumerate(lengths)]
+        # A sentence of no frames is given one of zero mean and scale, as Piper clamps it:
+        # the extra row past every sentence's phonemes.
+        frames = [max(int(d.sum()), 1) for d in durations]
+        index = np.full((len(sentences), max(frames)), padded.shape[1], np.int32)
+        eps = np.zeros((*index.shape, self.channels), np.float32)
+        for b, d in enumerate(durations):
+            if d.sum() > 0:
+                index[b, : frames[b]] = np.repeat(np.arange(lengths[b]), d)
+            draw = rngs[b].standard_normal((frames[b], self.channels)).astype(np.float32)
+            eps[b, : frames[b]] = draw * np.float32(noise_scale)
+        beyond = mx.zeros((len(sentences), 1, self.channels))
+        at = mx.array(index)[..., None]
+        m_p = mx.take_along_axis(mx.concatenate([m, beyond], axis=1), at, 1)
+        logs_p = mx.take_along_axis(mx.concatenate([logs, beyond], axis=1), at, 1)
+        z = self.flow.reverse(m_p + mx.array(eps) * mx.exp(logs_p), time_mask(frames, max(frames)))
+        mx.eval(z)
+        host = np.array(z, dtype=np.float32)
+        return [(host[b, :n], d) for b, (n, d) in enumerate(zip(frames, durations, strict=True))]
 
     def decode(self, z_p: mx.array) -> mx.array:
         """One-shot: flow in reverse, then HiFi-GAN, over all frames at once."""
