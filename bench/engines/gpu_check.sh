@@ -10,6 +10,7 @@
 # There it prints, and leaves in $OUT:
 #  1. first/: a fresh process's first window and warm-up (MLX's kernel cache empty), first
 #     audio and real-time factor alone (shipped streaming decoder against whole windows),
+#     sentences begun together (encoder, durations, flow) against each alone at 1/4/16/64/256,
 #     per-stream real-time factor batched at 1/4/16/64/256 (float32, float16, its SNR);
 #  2. second/: a second fresh process's first window and warm-up, with the kernel cache the
 #     first one left on disk;

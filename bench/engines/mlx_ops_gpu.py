@@ -12,6 +12,8 @@ as it goes (a run cut short keeps what it measured):
 - alone, per sentence: first audio (encoder and durations, then the first window) and the
   real-time factor through the whole sentence, shipped (streaming decoder) against now
   (whole windows, compiled), and now with the first window as large as the rest;
+- begun: N sentences' encoder, durations and flow, each alone against all in one batch
+  (sessions beginning a segment at once), at the same N;
 - batched: 64-frame windows of N streams decoded in one call, per-stream compute per
   second of audio, at N = 1, 4, 16, 64, 256 (float32, and float16 with its SNR).
 
@@ -148,6 +150,35 @@ def batched(
     }
 
 
+def begun(model: PiperVits, sentences: list[list[int]], repeats: int) -> dict[str, Any]:
+    """``len(sentences)`` sentences begun at once (their encoder, durations and flow): each
+    alone after the other, against all of them in one batch (``PiperVits.decoder_inputs``,
+    what the batched lane runs for sessions that begin together)."""
+    rngs = [np.random.default_rng(i) for i in range(len(sentences))]
+
+    def each_alone() -> None:
+        for ids, rng in zip(sentences, rngs, strict=True):
+            decoder_input(model, model.latents(ids, rng=rng, **SCALES).z_p)
+
+    def together() -> None:
+        model.decoder_inputs(
+            sentences,
+            noise_scale=SCALES["noise_scale"],
+            length_scales=[SCALES["length_scale"]] * len(sentences),
+            noise_w=SCALES["noise_w"],
+            rngs=rngs,
+        )
+
+    together()  # compiles this batch's kernels
+    alone_s, together_s = median_seconds(each_alone, repeats), median_seconds(together, repeats)
+    return {
+        "sentences": len(sentences),
+        "alone_ms": round(1000 * alone_s, 2),
+        "together_ms": round(1000 * together_s, 2),
+        "speedup": round(alone_s / together_s, 1),
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--prepare", type=Path, help="write phoneme ids here and stop")
@@ -206,6 +237,10 @@ def main() -> None:
             alone(model, decoder, sentence, rate, 1, initial, stream)  # warm this sentence
             rows[label] = alone(model, decoder, sentence, rate, repeats, initial, stream)
         report.add(f"alone_{name}", rows)
+
+    for streams in args.batches:  # sessions beginning a segment at once
+        sentences = [ids[list(ids)[i % len(ids)]] for i in range(streams)]
+        report.add(f"begun_{streams}", begun(model, sentences, args.repeats))
 
     long = model.latents(ids["long"], rng=np.random.default_rng(0), **SCALES)
     z = decoder_input(model, long.z_p)
