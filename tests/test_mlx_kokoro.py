@@ -31,7 +31,12 @@ pytest.importorskip("onnx")
 from conftest import TEST_CONFIG, rms_db, running, timeout  # noqa: E402
 from voicews.client import RealtimeClient, SpokenTurn  # noqa: E402
 from voicews.compute.execution import ComputeWorker  # noqa: E402
-from voicews.engines.base import Engine, SynthesisOptions, WordStarts  # noqa: E402
+from voicews.engines.base import (  # noqa: E402
+    Engine,
+    SynthesisOptions,
+    WarmingEngine,
+    WordStarts,
+)
 from voicews.engines.kokoro.assets import load_voice, model_path, style  # noqa: E402
 from voicews.engines.kokoro.engine import KokoroEngine  # noqa: E402
 from voicews.engines.kokoro.mlx_decoder import AdaINResBlock1  # noqa: E402
@@ -662,6 +667,14 @@ def test_speed_divides_the_durations(
 @pytest.fixture(scope="module")
 def engine(weights_cache: Path) -> MlxKokoroEngine:
     return MlxKokoroEngine(cache_dir=weights_cache)
+
+
+def test_the_engine_warms_on_a_gpu_and_skips_it_on_the_cpu(engine: MlxKokoroEngine) -> None:
+    assert isinstance(engine, WarmingEngine)  # the worker warms it before /readyz says ready
+    if engine.device == "cpu":
+        assert engine.warm() == 0.0  # nothing to compile here
+    else:
+        assert engine.warm() > 0.0
 
 
 def test_an_unknown_voice_is_refused(weights_cache: Path, engine: MlxKokoroEngine) -> None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -87,3 +88,15 @@ class MlxKokoroEngine:
             yield np.clip(audio, -1.0, 1.0)
         if (words := timeline.words(text, lang)) is not None:
             yield words
+
+    def warm(self) -> float:
+        """On a GPU, a sentence through the whole model before serving (``WarmingEngine``):
+        a fresh process's first kernels compile (10-14 s for MLX Piper on MLX CUDA), and no
+        caller should wait for them. The seconds it took; none on MLX's CPU backend, whose
+        kernels are built ahead of time (a sentence there costs seconds, and saves nothing)."""
+        if self.device == "cpu":
+            return 0.0
+        start = time.perf_counter()
+        for _ in self.synthesize("Warming up.", SynthesisOptions()):
+            pass
+        return time.perf_counter() - start
