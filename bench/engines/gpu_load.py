@@ -38,7 +38,12 @@ SMOKE_ENV = {
     "VOICEWS_MLX_CHUNK_FRAMES": "16",
     "VOICEWS_MLX_MAX_BATCH": "2",
 }
-BATCH_METRICS = ("voicews_worker_batches", "voicews_worker_batched_windows")
+BATCH_METRICS = (
+    "voicews_worker_batches",
+    "voicews_worker_batched_windows",
+    "voicews_worker_prepared_batches",
+    "voicews_worker_prepared_texts",
+)
 
 
 async def http_get(port: int, path: str) -> tuple[int, str]:
@@ -109,7 +114,9 @@ async def run(args: argparse.Namespace) -> None:
                     f"N={n}: first audio p50/p95 {summary.ttfa_p50_ms:.0f}/"
                     f"{summary.ttfa_p95_ms:.0f} ms, longest stall {summary.max_stall_ms:.0f} ms, "
                     f"{summary.stalled}/{n} stalled, {row['batches']:.0f} batched steps of "
-                    f"{row['batched_windows'] / max(1, row['batches']):.1f} windows"
+                    f"{row['batched_windows'] / max(1, row['batches']):.1f} windows, "
+                    f"{row['prepared_texts']:.0f} segments begun in {row['prepared_batches']:.0f} "
+                    "batches"
                 )
         finally:
             server.stop()
