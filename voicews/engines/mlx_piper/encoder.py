@@ -111,13 +111,15 @@ class _Positions:
     cost no operation."""
 
     rel_index: mx.array
-    """``(..., heads, T, T)``: the relative key embedding each (query, key) pair reads."""
+    """``(heads, T, T)`` (``(1, heads, T, T)`` in a batch): the relative key embedding each
+    (query, key) pair reads."""
     in_window: mx.array
-    """``(..., heads, T, T)``: 1 where the key is within the window of the query."""
+    """Shaped as ``rel_index``: 1 where the key is within the window of the query."""
     col_index: mx.array
-    """``(..., heads, T, 2w + 1)``: the key each (query, offset) pair is."""
+    """``(heads, T, 2w + 1)`` (``(B, heads, T, 2w + 1)`` in a batch): the key each (query,
+    offset) pair is."""
     in_range: mx.array
-    """``(..., heads, T, 2w + 1)``: 1 where that key is inside the sentence."""
+    """Shaped as ``col_index``: 1 where that key is inside its sentence."""
     padding: mx.array | None
     """``(B, 1, 1, T)``: -1e4 on the keys past each sentence's end (Piper's masked fill: their
     weight is then exactly 0); None for one sentence."""
@@ -129,11 +131,16 @@ class _Positions:
         ends = np.asarray([length] if lengths is None else lengths)[:, None, None]
         offsets = np.arange(length)[None, :] - np.arange(length)[:, None]
         cols = np.arange(length)[:, None] + np.arange(-window, window + 1)[None, :]
-        lead = () if lengths is None else (len(lengths),)
+        shared = () if lengths is None else (1,)
 
         def per_head(a: np.ndarray, dtype: type) -> mx.array:
-            a = a[:, None] if a.ndim == 3 else a  # by sentence: (B, 1, T, ...)
-            shape = (*lead, heads, *a.shape[-2:])
+            """``a`` for every head: by sentence, ``(B, T, ...)`` as ``(B, heads, T, ...)``;
+            the same for every sentence, ``(T, ...)`` as ``(heads, T, ...)``, or in a batch
+            ``(1, heads, T, ...)``, which its gathers and products broadcast."""
+            if a.ndim == 3:
+                shape, a = (a.shape[0], heads, *a.shape[1:]), a[:, None]
+            else:
+                shape = (*shared, heads, *a.shape)
             return mx.array(np.ascontiguousarray(np.broadcast_to(a, shape), dtype))
 
         def per_sentence(a: np.ndarray) -> np.ndarray:
