@@ -161,6 +161,10 @@ class Fit:
     take rather than leave the first alone: what the engine computes in ``Pacing``'s
     ``WORD_SLACK`` (Piper's 12 characters, Kokoro's 2-5), against a word heard on its own."""
 
+    def holds(self, cut: _Cut | None) -> bool:
+        """Whether ``cut`` is synthesized in time (``most``) and gains ground (``least``)."""
+        return cut is not None and self.least <= cut.spoken <= self.most
+
     def pair_most(self, single: int) -> int:
         """The most a pair may hold rather than leave a word of ``single`` characters alone:
         the fit, or the lone word where it overruns the fit, and the slack."""
@@ -374,14 +378,12 @@ class Segmenter:
         1,417 in three runs)."""
         if fit.split:
             on = self._fitted(Urgency.CRITICAL, self._fitting_at(_Leaning.ON, busy_cap), fit)
-            if on is not None and fit.least <= on.spoken <= fit.most:
+            if fit.holds(on):
                 return on
             cut = self._fitted(Urgency.CRITICAL, self._fitting_at(_Leaning.PHRASE, busy_cap), fit)
-            if on is not None and (cut is None or not fit.least <= cut.spoken <= fit.most):
-                return on
-            return cut
+            return cut if fit.holds(cut) or on is None else on
         cut = self._fitted(Urgency.CRITICAL, cuts, fit)
-        fits = cut is not None and fit.least <= cut.spoken <= fit.most
+        fits = fit.holds(cut)
         if cut is None or not fits or cut.words == 1:  # "check | that for you": a lone word
             lenient = self._fitted(Urgency.CRITICAL, self._fitting_at(_Leaning.ON, busy_cap), fit)
             most = fit.most
@@ -426,7 +428,7 @@ class Segmenter:
             if sentence.spoken <= fit.most:
                 return sentence
             cuts = [c for c in cuts if c.end <= sentence.end]
-        good = [c for c in cuts if fit.least <= c.spoken <= fit.most]
+        good = [c for c in cuts if fit.holds(c)]
         clauses = [c for c in good if c.boundary >= Boundary.CLAUSE]
         if clauses:
             return clauses[-1]
