@@ -64,7 +64,7 @@ class PiperVits:
         """Encoder, stochastic durations, and the prior sample, as Piper's ``infer`` does."""
         rng = rng or np.random.default_rng()
         x, m, logs = self.encoder(mx.array(ids, dtype=mx.int32))
-        dp_noise = rng.standard_normal((len(ids), 2)).astype(np.float32) * np.float32(noise_w)
+        dp_noise = _normal(rng, (len(ids), 2), noise_w)
         logw = self.duration(x, mx.array(dp_noise))
         w = mx.ceil(mx.exp(logw) * length_scale)
         mx.eval(w)  # the one host round trip: the durations decide every shape after them
@@ -75,7 +75,7 @@ class PiperVits:
         else:
             index = mx.array(np.repeat(np.arange(len(ids)), durations).astype(np.int32))
             m_p, logs_p = m[index], logs[index]
-        eps = rng.standard_normal(m_p.shape).astype(np.float32) * np.float32(noise_scale)
+        eps = _normal(rng, m_p.shape, noise_scale)
         z_p = m_p + mx.array(eps) * mx.exp(logs_p)
         return Latents(z_p=z_p, durations=durations)
 
@@ -99,15 +99,15 @@ class PiperVits:
         noise = np.zeros((*padded.shape, 2), np.float32)
         for b, ids in enumerate(sentences):
             padded[b, : len(ids)] = ids
-            draw = rngs[b].standard_normal((len(ids), 2)).astype(np.float32)
-            noise[b, : len(ids)] = draw * np.float32(noise_w)
+            noise[b, : len(ids)] = _normal(rngs[b], (len(ids), 2), noise_w)
         mask = time_mask(lengths, padded.shape[1])
         x, m, logs = self.encoder(mx.array(padded), lengths)
         logw = self.duration(x, mx.array(noise), mask)
         scales = mx.array(np.asarray(length_scales, np.float32)[:, None])
         w = mx.ceil(mx.exp(logw) * scales)
         mx.eval(w)  # the durations decide every shape after them
-        durations = [np.array(w[b, :n]).astype(np.int64) for b, n in enumerate(lengths)]
+        widths = np.array(w).astype(np.int64)  # one copy to the host, not one a sentence
+        durations = [widths[b, :n] for b, n in enumerate(lengths)]
         # A sentence of no frames is given one of zero mean and scale, as Piper clamps it:
         # the extra row past every sentence's phonemes.
         frames = [max(int(d.sum()), 1) for d in durations]
@@ -116,8 +116,7 @@ class PiperVits:
         for b, d in enumerate(durations):
             if d.sum() > 0:
                 index[b, : frames[b]] = np.repeat(np.arange(lengths[b]), d)
-            draw = rngs[b].standard_normal((frames[b], self.channels)).astype(np.float32)
-            eps[b, : frames[b]] = draw * np.float32(noise_scale)
+            eps[b, : frames[b]] = _normal(rngs[b], (frames[b], self.channels), noise_scale)
         beyond = mx.zeros((len(sentences), 1, self.channels))
         at = mx.array(index)[..., None]
         m_p = mx.take_along_axis(mx.concatenate([m, beyond], axis=1), at, 1)
@@ -130,3 +129,10 @@ class PiperVits:
     def decode(self, z_p: mx.array) -> mx.array:
         """One-shot: flow in reverse, then HiFi-GAN, over all frames at once."""
         return self.generator(self.flow.reverse(z_p))
+
+
+def _normal(rng: np.random.Generator, shape: tuple[int, ...], scale: float) -> np.ndarray:
+    """Standard normal noise times ``scale``, in float32: one draw for a sentence alone
+    (:meth:`PiperVits.latents`) and beside others (:meth:`PiperVits.decoder_inputs`), so both
+    give it the same noise."""
+    return rng.standard_normal(shape).astype(np.float32) * np.float32(scale)
