@@ -273,10 +273,10 @@ def test_a_critical_pair_may_overrun_the_fit_by_the_slack_rather_than_leave_a_wo
     assert got is not None and got.text == "password needs"
 
 
-def test_a_busy_worker_lets_a_critical_cut_end_on_any_word() -> None:
+def test_a_busy_worker_lets_a_critical_cut_end_after_a_word_that_leads_on() -> None:
     """Segments wait for the worker: the longest piece that fits, ending after an auxiliary
-    too, after a determiner or preposition where nothing else fits (the longer pieces a
-    phrase needs would take lanes from the other listeners)."""
+    too (the longer pieces a phrase needs would take lanes from the other listeners), but
+    never after a determiner or preposition."""
     calm, busy = Segmenter(), Segmenter()
     for seg in (calm, busy):
         seg.feed("The driver should bring it over today.")
@@ -290,8 +290,9 @@ def test_a_busy_worker_lets_a_critical_cut_end_on_any_word() -> None:
     phrase.feed("It looks like the 2:45 flight to Denver")
     got = phrase.next_segment(Urgency.CRITICAL, fit=Fit(most=18, least=1, split=True))
     assert got is not None and got.text == "It looks"
+    # Where only a split would fit, the phrase goes whole: one break, a little later.
     got = phrase.next_segment(Urgency.CRITICAL, fit=Fit(most=8, least=1, split=True))
-    assert got is not None and got.text == "like the"  # nothing else fits: a split, not a stall
+    assert got is not None and got.text == "like the 2:45 flight"
 
 
 def test_busy_a_cut_that_cannot_spare_the_stall_does_not_split_a_phrase_for_it() -> None:
@@ -309,11 +310,17 @@ def test_busy_a_cut_that_cannot_spare_the_stall_does_not_split_a_phrase_for_it()
 
 
 def test_after_a_word_that_leads_on_a_phrase_starts_at_its_determiner() -> None:
-    # Where only a preposition's end fits, the cut goes before its determiner, not after it.
+    # A busy cut after an auxiliary goes before its determiner ("We have | the 2:45"), which
+    # starts a phrase there, rather than further on at a word ("We have the 2:45 flight").
+    seg = Segmenter()
+    seg.feed("We have the 2:45 flight to Denver")
+    got = seg.next_segment(Urgency.CRITICAL, fit=Fit(most=20, least=5, split=True))
+    assert got is not None and got.text == "We have"
+    # Not after a preposition: that splits it from its noun phrase, which goes whole.
     seg = Segmenter()
     seg.feed("It looks like the 2:45 flight to Denver")
     got = seg.next_segment(Urgency.CRITICAL, fit=Fit(most=20, least=9, split=True))
-    assert got is not None and got.text == "It looks like"
+    assert got is not None and got.text == "It looks like the 2:45 flight"
     # After any other word a determiner is no such place: the longer piece is taken.
     calm = Segmenter()
     calm.feed("I checked your account today and the order")
