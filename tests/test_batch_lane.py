@@ -1,8 +1,9 @@
 """The batched lane of the compute worker, on a fake engine that decodes in windows.
 
 The engine computes nothing: each word of a text is one window (its frames the word's
-length), and each decoder step records which words it decoded together, so which windows were
-batched, in which order, is exact. The real voice's batched audio is in ``test_mlx_piper.py``.
+length), a word ending in "." ends a sentence, and each decoder step records which words it
+decoded together (each ``begin`` which sentences it began), so which windows were batched, in
+which order, is exact. The real voice's batched audio is in ``test_mlx_piper.py``.
 """
 
 from __future__ import annotations
@@ -16,7 +17,14 @@ from test_worker import WAIT, Gate, Recorder
 from voicews.audio import Audio
 from voicews.compute.execution import ComputeWorker
 from voicews.compute.jobs import JobAudio, JobDone, JobFailed, JobText, JobWords
-from voicews.engines.base import SynthesisOptions, Window, WindowedEngine, WordStarts
+from voicews.engines.base import (
+    Begin,
+    SynthesisOptions,
+    Window,
+    WindowedEngine,
+    Windows,
+    WordStarts,
+)
 
 HOP = 10  # samples per frame
 
@@ -43,28 +51,30 @@ class Windowed:
         self.steps: list[list[str]] = []
         self.gate: Gate | None = None
         self.closed: list[str] = []
-        self.prepared: list[list[str]] = []
-        """The texts each ``prepare`` began together; one with "fizzle" fails it."""
+        self.begun: list[list[str]] = []
+        """The sentences each ``begin`` began together; one with "fizzle" fails it."""
 
     def synthesize(self, text: str, options: SynthesisOptions) -> Iterator[Audio | WordStarts]:
         for window in self.windows_of(text, options):
-            assert isinstance(window, Window)
-            yield self.decode_windows([window])[0]
+            if isinstance(window, Window):
+                yield self.decode_windows([window])[0]
 
-    def prepare(self, requests: Sequence[tuple[str, SynthesisOptions]]) -> list[object]:
-        texts = [text for text, _ in requests]
-        if any("fizzle" in text for text in texts):
-            raise RuntimeError("injected prepare fault")
-        self.prepared.append(texts)
-        return list(texts)
+    def begin(self, sentences: Sequence[object]) -> list[object]:
+        begun = [str(sentence) for sentence in sentences]
+        if any("fizzle" in sentence for sentence in begun):
+            raise RuntimeError("injected begin fault")
+        self.begun.append(begun)
+        return list(begun)
 
-    def windows_of(
-        self, text: str, options: SynthesisOptions, prepared: object | None = None
-    ) -> Iterator[Window | Audio | WordStarts]:
-        assert prepared in (None, text)  # its own, if any
+    def windows_of(self, text: str, options: SynthesisOptions) -> Windows:
         try:
             words = text.split()
             for i, word in enumerate(words):
+                if i == 0 or words[i - 1].endswith("."):
+                    ends = (j for j, w in enumerate(words[i:], i) if w.endswith("."))
+                    sentence = " ".join(words[i : next(ends, len(words)) + 1])
+                    made = yield Begin(sentence)
+                    assert made in (None, sentence)  # its own, if any
                 if word == "hold" and self.gate is not None:
                     self.gate()
                 self.words.append(word)
@@ -137,9 +147,9 @@ def test_sessions_ready_together_are_decoded_in_one_step_each_gets_its_own_audio
         ]
 
 
-def test_syntheses_that_start_together_are_prepared_in_one_batch_in_deadline_order() -> None:
-    """Their first sentences' encoders, durations and flows in one host step (``prepare``),
-    as their windows decode in one; the job already running is not prepared again."""
+def test_syntheses_that_start_together_are_begun_in_one_batch_in_deadline_order() -> None:
+    """Their first sentences' encoders, durations and flows in one host step (``begin``),
+    as their windows decode in one; the job already running is not begun again."""
     engine, rec = Windowed(max_batch=8), Recorder()
     worker = started(engine)
     now = time.monotonic()
@@ -153,14 +163,33 @@ def test_syntheses_that_start_together_are_prepared_in_one_batch_in_deadline_ord
         rec.wait(1)
     finally:
         worker.stop()
-    assert engine.prepared == [["a1 a2", "b1 b2", "c1 c2"]]
-    assert worker.stats.prepared_batches == 1 and worker.stats.prepared_texts == 3
+    assert engine.begun == [["a1 a2", "b1 b2", "c1 c2"]]
+    assert worker.stats.begun_batches == 1 and worker.stats.begun_sentences == 3
     for name in "abc":
         assert audio_words(engine, rec, name) == [f"{name}1", f"{name}2"]
     assert audio_words(engine, rec, "alone") == ["solo"]
 
 
-def test_where_preparing_together_fails_each_synthesis_begins_alone() -> None:
+def test_later_sentences_begun_in_one_host_step_are_begun_in_one_batch() -> None:
+    """A segment's second sentence begins when its windows come: where several sessions'
+    come in one host step, together, as their first sentences did."""
+    engine, rec = Windowed(max_batch=8), Recorder()
+    worker = started(engine)
+    try:
+        gate = held(engine, worker, rec)
+        for name in "ab":
+            worker.submit(rec.speak(name, f"{name}1. {name}2", deadline=time.monotonic()))
+        gate.go.set()
+        rec.wait(3)
+    finally:
+        worker.stop()
+    assert engine.begun == [["a1.", "b1."], ["a2", "b2"]]
+    assert worker.stats.begun_batches == 2 and worker.stats.begun_sentences == 4
+    for name in "ab":
+        assert audio_words(engine, rec, name) == [f"{name}1.", f"{name}2"]
+
+
+def test_where_beginning_together_fails_each_sentence_begins_alone() -> None:
     engine, rec = Windowed(max_batch=8), Recorder()
     worker = started(engine)
     try:
@@ -171,7 +200,7 @@ def test_where_preparing_together_fails_each_synthesis_begins_alone() -> None:
         rec.wait(3)
     finally:
         worker.stop()
-    assert engine.prepared == []
+    assert engine.begun == []
     assert audio_words(engine, rec, "odd") == ["fizzle"]
     assert audio_words(engine, rec, "fine") == ["fine", "words"]
 

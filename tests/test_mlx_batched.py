@@ -26,7 +26,7 @@ from conftest import TEST_CONFIG, running, timeout  # noqa: E402
 from voicews.client import RealtimeClient, SpokenTurn  # noqa: E402
 from voicews.compute.execution import ComputeWorker  # noqa: E402
 from voicews.compute.jobs import JobAudio  # noqa: E402
-from voicews.engines.base import Engine, SynthesisOptions, Window, WordStarts  # noqa: E402
+from voicews.engines.base import Begin, Engine, SynthesisOptions, Window, WordStarts  # noqa: E402
 from voicews.engines.mlx_piper import MlxPiperEngine  # noqa: E402
 from voicews.engines.mlx_piper.engine import MlxConfig  # noqa: E402
 from voicews.engines.mlx_piper.weights import load_voice_weights  # noqa: E402
@@ -81,25 +81,63 @@ def test_sessions_decoded_together_get_the_audio_each_gets_alone(weights_cache: 
         np.testing.assert_allclose(np.concatenate(got), np.concatenate(want), atol=1e-5)
 
 
-def test_texts_begun_together_sound_as_each_alone(weights_cache: Path) -> None:
-    """Their first sentences' encoders, durations and flows in one batch, padded to the
-    longest and masked (``prepare``: the lane's host step for sessions that start together):
-    each text's audio and word starts are its own alone, the seeded noise drawn in the same
-    order; a second sentence runs when its windows come, as alone."""
-    texts = [*TEXTS.values(), "Two sentences here. And a second one."]
+def lockstep(engine: MlxPiperEngine, texts: list[str], together: bool) -> list[list[object]]:
+    """Each text's items from ``windows_of``, the texts stepped in turn as the batched lane
+    steps them: each up to its next sentence's ``Begin``, then every sentence begun in that
+    round ``together`` (``begin``, one batch) or each alone (None sent back), then on to the
+    next round. The noise is drawn in the same order either way."""
+    streams = [engine.windows_of(text, SynthesisOptions()) for text in texts]
+    items: list[list[object]] = [[] for _ in texts]
+    sent: list[object | None] = [None] * len(texts)
+    live = set(range(len(texts)))
+    while live:
+        begun: dict[int, object] = {}
+        for i in sorted(live):
+            try:
+                item = streams[i].send(sent[i])
+                while not isinstance(item, Begin):
+                    items[i].append(item)
+                    item = next(streams[i])
+            except StopIteration:
+                live.discard(i)
+                continue
+            begun[i] = item.sentence
+        made = engine.begin(list(begun.values())) if together and len(begun) > 1 else None
+        for k, i in enumerate(begun):
+            sent[i] = None if made is None else made[k]
+    return items
+
+
+def test_sentences_begun_together_sound_as_each_alone(weights_cache: Path) -> None:
+    """Sentences begun in one round, the first of each text and then the second of the two
+    with two, each round's in one batch padded to the longest and masked (``begin``, the
+    lane's host step for sessions that begin sentences together): each text's audio and word
+    starts are those it has with every sentence begun alone."""
+    texts = [*TEXTS.values(), "Two sentences here. And a second one.", "Yes. It is."]
     together, alone = batched_engine(weights_cache), batched_engine(weights_cache)
-    prepared = together.prepare([(text, SynthesisOptions()) for text in texts])
-    for text, ready in zip(texts, prepared, strict=True):
-        assert ready is not None
-        items = list(together.windows_of(text, SynthesisOptions(), ready))
-        got = together.decode_windows([i for i in items if isinstance(i, Window)])
-        solo = list(alone.synthesize(text, SynthesisOptions()))
-        want = [a for a in solo if not isinstance(a, WordStarts)]
-        assert [len(a) for a in got] == [len(a) for a in want]
-        np.testing.assert_allclose(np.concatenate(got), np.concatenate(want), atol=1e-5)
-        assert [i for i in items if isinstance(i, WordStarts)] == [
-            a for a in solo if isinstance(a, WordStarts)
+    got, want = lockstep(together, texts, True), lockstep(alone, texts, False)
+    for mine, theirs in zip(got, want, strict=True):
+        mine_audio = together.decode_windows([i for i in mine if isinstance(i, Window)])
+        theirs_audio = alone.decode_windows([i for i in theirs if isinstance(i, Window)])
+        assert [len(a) for a in mine_audio] == [len(a) for a in theirs_audio]
+        np.testing.assert_allclose(
+            np.concatenate(mine_audio), np.concatenate(theirs_audio), atol=1e-5
+        )
+        assert [i for i in mine if isinstance(i, WordStarts)] == [
+            i for i in theirs if isinstance(i, WordStarts)
         ]
+    # Alone, a sentence is what ``synthesize`` makes of it.
+    solo = batched_engine(weights_cache)
+    (first,) = lockstep(solo, [texts[0]], False)
+    synthesized = [
+        a for a in batched_engine(weights_cache).synthesize(texts[0], SynthesisOptions())
+    ]
+    windows = solo.decode_windows([i for i in first if isinstance(i, Window)])
+    np.testing.assert_allclose(
+        np.concatenate(windows),
+        np.concatenate([a for a in synthesized if not isinstance(a, WordStarts)]),
+        atol=1e-5,
+    )
 
 
 class _Quiet(MlxPiperEngine):

@@ -90,11 +90,11 @@ class Metrics:
             ("batched_windows", "Windows those steps decoded", lambda: stats.batched_windows),
             ("largest_batch", "Most windows one step decoded", lambda: stats.largest_batch),
             (
-                "prepared_batches",
-                "Host steps that began several syntheses together (MLX engines)",
-                lambda: stats.prepared_batches,
+                "begun_batches",
+                "Host steps that began several sentences together (MLX engines)",
+                lambda: stats.begun_batches,
             ),
-            ("prepared_texts", "Syntheses those steps began", lambda: stats.prepared_texts),
+            ("begun_sentences", "Sentences those steps began", lambda: stats.begun_sentences),
         ):
             Gauge(f"voicews_worker_{name}", help_text, registry=r).set_function(read)
         Gauge(

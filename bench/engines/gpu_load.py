@@ -41,8 +41,8 @@ SMOKE_ENV = {
 BATCH_METRICS = (
     "voicews_worker_batches",
     "voicews_worker_batched_windows",
-    "voicews_worker_prepared_batches",
-    "voicews_worker_prepared_texts",
+    "voicews_worker_begun_batches",
+    "voicews_worker_begun_sentences",
 )
 
 
@@ -115,8 +115,8 @@ async def run(args: argparse.Namespace) -> None:
                     f"{summary.ttfa_p95_ms:.0f} ms, longest stall {summary.max_stall_ms:.0f} ms, "
                     f"{summary.stalled}/{n} stalled, {row['batches']:.0f} batched steps of "
                     f"{row['batched_windows'] / max(1, row['batches']):.1f} windows, "
-                    f"{row['prepared_texts']:.0f} segments begun in {row['prepared_batches']:.0f} "
-                    "batches"
+                    f"{row['begun_sentences']:.0f} sentences begun in "
+                    f"{row['begun_batches']:.0f} batches"
                 )
         finally:
             server.stop()

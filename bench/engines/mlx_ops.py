@@ -28,9 +28,8 @@ audio, and first audio.
     python -m bench mlx_ops --chunks --time 5             # timing only
     python -m bench mlx_ops --chunks --together 1 4 16 64 # sessions beginning at once
 
-With ``--together`` it counts the host step that begins several syntheses at once (their
-first sentences' encoders, durations and flows, ``MlxPiperEngine.prepare``) against each
-begun alone.
+With ``--together`` it counts the host step that begins several sentences at once (their
+encoders, durations and flows, ``MlxPiperEngine.begin``) against each begun alone.
 """
 
 from __future__ import annotations
@@ -45,14 +44,14 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Any
+from typing import Any, cast
 
 import mlx.core as mx
 import numpy as np
 
 from bench.common import json_safe, source_version
 from bench.engines.measures import graph_ops
-from voicews.engines.base import SynthesisOptions, WordStarts
+from voicews.engines.base import Begin, SynthesisOptions, WordStarts
 from voicews.engines.mlx_piper import durations, encoder
 from voicews.engines.mlx_piper.engine import MlxConfig, MlxPiperEngine
 from voicews.engines.mlx_piper.layers import layer_norm
@@ -200,22 +199,30 @@ BEGUN = (
 """Replies' first sentences, for ``--together``: sessions beginning a turn at once."""
 
 
+def first_sentences(engine: MlxPiperEngine, texts: list[str]) -> list[object]:
+    """Each text's first ``Begin``, as the batched lane takes it from ``windows_of``."""
+    options = SynthesisOptions()
+    return [cast(Begin, next(engine.windows_of(text, options))).sentence for text in texts]
+
+
 def begun(args: argparse.Namespace) -> list[dict[str, Any]]:
-    """Beginning ``n`` syntheses at once, for each ``n`` of ``--together``: each sentence's
+    """Beginning ``n`` sentences at once, for each ``n`` of ``--together``: each sentence's
     encoder, durations and flow alone (as a lone session's) against all of them in one batch
-    (``prepare``, the batched lane's host step): operations (a GPU's graph) and evaluations."""
+    (``begin``, the batched lane's host step): operations (a GPU's graph) and evaluations."""
     engine = build(MlxConfig(decode="whole"), args.conv)
-    options, norm = SynthesisOptions(), layer_norm_ops() - 1
+    norm = layer_norm_ops() - 1
     rows = []
     for n in args.together:
         texts = [BEGUN[i % len(BEGUN)] for i in range(n)]
         ids = [engine.phoneme_ids(text)[0] for text in texts]
-        engine.prepare([(text, options) for text in texts])  # once uncounted
+
+        engine.begin(first_sentences(engine, texts))  # once uncounted
         with counting() as alone:
             for sentence in ids:
                 engine._decoder_input(engine._latents(sentence, 1.0).z_p)
+        begun = first_sentences(engine, texts)
         with counting() as together:
-            engine.prepare([(text, options) for text in texts])
+            engine.begin(begun)
         row: dict[str, Any] = {"sentences": n}
         for name, evals in (("alone", alone), ("together", together)):
             row[f"{name}_ops"] = sum(evals.ops) - evals.layer_norms * norm

@@ -3,13 +3,14 @@
 A GPU decodes a batch of windows in about the time of one (issue 33: 4.6 ms a 64-frame window
 alone on an H200, 0.20 ms each in a batch of 64), so for an engine that decodes in windows
 (``WindowedEngine``) the worker's one lane does not run one session's step at a time: it takes
-every job the planner has due, runs each one's host part (its next window; a new sentence's
-encoder, durations and flow) and hands the window to the :class:`Gatherer`, which says when a
-batch is due (full, or its most urgent window has waited ``batch_wait`` or reached its
-deadline) and which windows are in it (one bucket, deadline order). One decoder step decodes
+every job the planner has due, runs each one's host part up to its next window, and hands the
+window to the :class:`Gatherer`, which says when a batch is due (full, or its most urgent
+window has waited ``batch_wait`` or reached its deadline) and which windows are in it (one
+bucket, deadline order). One decoder step decodes
 them; each session gets its own window's audio, and its job goes back to the planner for its
-next window. Jobs that yield no windows (a generation in agent mode) run one step at a time,
-as on any lane.
+next window. A sentence's encoder, durations and flow come before its first window: the jobs
+that begin a sentence in the same host step begin it in one batch (``WindowedEngine.begin``).
+Jobs that yield no windows (a generation in agent mode) run one step at a time, as on any lane.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import threading
 from collections.abc import Generator, Iterator
 from typing import TYPE_CHECKING, Any, cast
 
-from ..engines.base import Window, WindowedEngine
+from ..engines.base import Begin, Window, WindowedEngine
 from .batching import Gatherer, Ready
 from .jobs import Job, JobAudio, JobWords, Synthesis, close, event_of
 
@@ -44,6 +45,9 @@ class BatchLane:
         self._started: dict[Job, float] = {}
         """The jobs whose windows wait in the gatherer: when each one's host step began."""
         self._host: dict[Job, float] = {}  # and the seconds it took
+        self._begun: dict[Job, tuple[float, float, Begin]] = {}
+        """Jobs stopped at a sentence's beginning: when their host step began, its seconds so
+        far, and what the sentence needs (:meth:`_begin`)."""
         self._worded: set[Job] = set()
         """Jobs that placed their words: an engine places them just before its last window,
         so the step that decodes that window takes the job's end with it (as ``_step`` does
@@ -63,10 +67,11 @@ class BatchLane:
                 return
             self._drop_cancelled()
             if job is not None:
-                jobs = [job, *self._starting_with(job, lane)]
-                shares = self._prepare(jobs)
-                for each in jobs:
-                    self._advance(each, shares.get(each, 0.0))
+                self._advance(job)
+                if job in self._begun:  # the jobs due with it begin theirs beside it
+                    for other in self._due_with(lane):
+                        self._advance(other)
+                self._begin()
             with worker._cond:  # jobs still queued: their windows are moments away
                 pending = worker._plan.queued > 0
             batch = self._gather.take(worker._clock(), pending)
@@ -89,11 +94,9 @@ class BatchLane:
             worker._cond.wait(None if due is None else min(_POLL, due - now))
         return None, worker._plan.drain(lane)
 
-    def _starting_with(self, job: Job, lane: int) -> list[Job]:
-        """Where ``job`` starts a synthesis, the other jobs due now, up to a batch: their
-        host parts run next, and those that start theirs are prepared together with it."""
-        if not _starts(job):
-            return []
+    def _due_with(self, lane: int) -> list[Job]:
+        """The other jobs due now, up to a batch: their host parts run next, and those that
+        begin a sentence begin it with the job that took them."""
         worker = self._worker
         more: list[Job] = []
         cancelled: list[Job] = []
@@ -109,28 +112,32 @@ class BatchLane:
             close(each)
         return more
 
-    def _prepare(self, jobs: list[Job]) -> dict[Job, float]:
-        """The syntheses among ``jobs`` that start now, begun together
-        (``WindowedEngine.prepare``: one batch of their first sentences' encoders, durations
-        and flows, where each alone is one); each one's share of its seconds. Where it fails,
+    def _begin(self) -> None:
+        """The sentences the jobs stopped at begin together, then each job's host part goes
+        on to its window: two or more in one batch (``WindowedEngine.begin``), each booked a
+        share of its seconds; one alone, as it would without the lane. Where the batch fails,
         each begins alone, and meets its own error there."""
-        starting = [job for job in jobs if _starts(job)]
-        if len(starting) < 2:
-            return {}
-        worker = self._worker
-        started = worker._clock()
-        runs = [cast(Synthesis, job.run) for job in starting]
-        try:
-            prepared = self._engine.prepare([(run.text, run.options) for run in runs])
-        except Exception:
-            log.exception("preparing %d syntheses together failed: each begins alone", len(runs))
-            return {}
-        for job, run, ready in zip(starting, runs, prepared, strict=True):
-            job._steps = self._engine.windows_of(run.text, run.options, ready)
-        ended = worker._clock()
-        worker.stats.record(ended, ended - started)
-        worker.stats.prepared(len(starting))
-        return {job: (ended - started) / len(starting) for job in starting}
+        while self._begun:  # one that begins a sentence of no windows begins its next
+            self._begin_all()
+
+    def _begin_all(self) -> None:
+        begun, self._begun = self._begun, {}
+        made: list[object | None] = [None] * len(begun)
+        share = 0.0
+        if len(begun) > 1:
+            worker = self._worker
+            started = worker._clock()
+            try:
+                made = list(self._engine.begin([b.sentence for _, _, b in begun.values()]))
+            except Exception:
+                log.exception("beginning %d sentences together failed: each alone", len(begun))
+            else:
+                ended = worker._clock()
+                worker.stats.record(ended, ended - started)
+                worker.stats.begun(len(begun))
+                share = (ended - started) / len(begun)
+        for (job, (started, host, _)), sent in zip(begun.items(), made, strict=True):
+            self._advance(job, host + share, sent, started)
 
     def _cancelled(self) -> bool:
         return any(job.cancelled for job in self._started)
@@ -142,26 +149,41 @@ class BatchLane:
             self._finish(job, self._worker._clock(), 0.0, False, 0.0)
             close(job)
 
-    def _advance(self, job: Job, shared: float = 0.0) -> None:
-        """Run ``job``'s host part up to its next window, which joins the gatherer; anything
-        else it yields (audio, text, its end) goes to its session as one step, and word starts
-        go with what follows them. ``shared``: its part of a host step run with others'
-        (:meth:`_prepare`), booked to it with its own."""
+    def _advance(
+        self, job: Job, before: float = 0.0, sent: object | None = None, since: float | None = None
+    ) -> None:
+        """Run ``job``'s host part up to its next window, which joins the gatherer, or to a
+        sentence's beginning, where it waits for :meth:`_begin`; anything else it yields
+        (audio, text, its end) goes to its session as one step, and word starts go with what
+        follows them. Resumed from a beginning: ``sent`` goes back to it, ``before`` is the
+        seconds of its host step so far (its share of the batch too), begun at ``since``."""
         worker, engine = self._worker, self._engine
         started = worker._clock()
+        first = since if since is not None else started
+        resumed = since is not None
         while True:
             try:
-                if job._steps is None:
+                steps = job._steps
+                if steps is None:
                     work = job.run
                     if isinstance(work, Synthesis):
-                        job._steps = engine.windows_of(work.text, work.options)
+                        steps = job._steps = engine.windows_of(work.text, work.options)
                     else:
-                        job._steps = work(engine)
-                item = next(job._steps, None)
+                        steps = job._steps = work(engine)
+                if resumed:
+                    resumed = False
+                    item = _send(steps, sent)
+                else:
+                    item = next(steps, None)
+                if isinstance(item, Begin):
+                    ended = worker._clock()
+                    worker.stats.record(ended, ended - started)
+                    self._begun[job] = (first, before + ended - started, item)
+                    return
                 if isinstance(item, Window):
                     ended = worker._clock()
                     worker.stats.record(ended, ended - started)
-                    self._started[job], self._host[job] = started, ended - started + shared
+                    self._started[job], self._host[job] = first, before + ended - started
                     self._gather.offer(job, item.frames, job.due(), item, ended)
                     return
                 event = None if item is None else event_of(item)
@@ -175,8 +197,8 @@ class BatchLane:
         self._worded.discard(job)
         ended = worker._clock()
         worker.stats.record(ended, ended - started)
-        job._computed += ended - started + shared
-        worker._stepped(job, started, ended, ended - started + shared, more, audio_seconds)
+        job._computed += before + ended - started
+        worker._stepped(job, first, ended, before + ended - started, more, audio_seconds)
 
     def _decode(self, batch: list[Ready[Window]]) -> None:
         """One decoder step for ``batch``'s windows; each job gets its own audio."""
@@ -234,9 +256,12 @@ class BatchLane:
         self._worker._stepped(job, started, ended, host + share, more, audio_seconds)
 
 
-def _starts(job: Job) -> bool:
-    """Whether ``job`` is a synthesis that has not begun."""
-    return job._steps is None and isinstance(job.run, Synthesis)
+def _send(steps: Iterator[Any], value: object | None) -> Any:
+    """``steps``' next item, ``value`` sent to the item before it (None at its end)."""
+    try:
+        return cast(Generator[Any, object | None, None], steps).send(value)
+    except StopIteration:
+        return None
 
 
 def _again(item: Any, rest: Iterator[Any]) -> Iterator[Any]:

@@ -15,7 +15,7 @@ from collections.abc import Callable
 
 from ..core.cost import DEFAULT_PRIOR, PRIORS, Cost, CostModel
 from ..core.pacing import Load
-from ..engines.base import Engine, WarmingEngine, Window, WindowedEngine
+from ..engines.base import Begin, Engine, WarmingEngine, Window, WindowedEngine
 from .jobs import Job, JobAudio, JobDone, JobEvent, JobFailed, JobText, JobWords, close, event_of
 from .planning import Planner
 from .stats import WorkerStats
@@ -220,7 +220,7 @@ class ComputeWorker:
                 if job._steps is None:
                     job._steps = job.run(engine)
                 item = next(job._steps, None)
-                if isinstance(item, Window):
+                if isinstance(item, Window | Begin):
                     raise TypeError("a window from an engine the worker does not batch")
                 event = None if item is None else event_of(item)
             except Exception as exc:

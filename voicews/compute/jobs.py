@@ -10,7 +10,7 @@ from typing import assert_never
 import numpy as np
 
 from ..audio import Audio
-from ..engines.base import Engine, SynthesisOptions, Window, WordStarts
+from ..engines.base import Begin, Engine, SynthesisOptions, Window, WordStarts
 
 FIRST_AUDIO_TARGET = 0.2
 """Seconds after a turn's first segment is asked for that it is due: a listener who will run
@@ -122,7 +122,9 @@ class Job:
     bound to that thread (mlx-lm's stream context, which fails when closed on another)."""
     cancelled: bool = False
     _lane: int | None = field(default=None, repr=False)  # the thread it is pinned to
-    _steps: Iterator[Audio | WordStarts | str | Window] | None = field(default=None, repr=False)
+    _steps: Iterator[Audio | WordStarts | str | Window | Begin] | None = field(
+        default=None, repr=False
+    )
     _submitted: float = field(default=0.0, repr=False)
     _sounded: bool = field(default=False, repr=False)
     _computed: float = field(default=0.0, repr=False)  # lane-seconds of its steps so far

@@ -33,10 +33,10 @@ class WorkerStats:
     """Batched decoder steps (``batch_lane.py``), and the windows they decoded."""
     batched_windows: int = 0
     largest_batch: int = 0
-    prepared_batches: int = 0
-    """Host steps that began several syntheses together (their first sentences' encoders,
-    durations and flows in one batch), and the syntheses they began."""
-    prepared_texts: int = 0
+    begun_batches: int = 0
+    """Host steps that began several sentences together (their encoders, durations and
+    flows in one batch), and the sentences they began."""
+    begun_sentences: int = 0
     clock: Callable[[], float] = time.monotonic
     _steps: deque[tuple[float, float]] = field(default_factory=deque, repr=False)
     _segments: deque[tuple[float, bool]] = field(default_factory=deque, repr=False)
@@ -63,11 +63,11 @@ class WorkerStats:
             self.batched_windows += windows
             self.largest_batch = max(self.largest_batch, windows)
 
-    def prepared(self, texts: int) -> None:
-        """One host step began ``texts`` syntheses together."""
+    def begun(self, sentences: int) -> None:
+        """One host step began ``sentences`` together."""
         with self._lock:
-            self.prepared_batches += 1
-            self.prepared_texts += texts
+            self.begun_batches += 1
+            self.begun_sentences += sentences
 
     def count(self, failed: bool) -> None:
         with self._lock:

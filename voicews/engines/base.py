@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Generator, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
@@ -84,6 +84,20 @@ class Window:
         return self.end - self.start
 
 
+@dataclass(frozen=True, slots=True)
+class Begin:
+    """A stream about to begin a sentence: what the engine makes its decoder input from. A
+    stream yields it (``WindowedEngine.windows_of``) and is sent the input back, made with
+    other streams' sentences in one batch (:meth:`WindowedEngine.begin`); sent None (or
+    simply iterated), it makes its own."""
+
+    sentence: object
+
+
+Windows = Generator["Window | Audio | WordStarts | Begin", object | None, None]
+"""What ``WindowedEngine.windows_of`` yields, and is sent back for a :class:`Begin`."""
+
+
 @runtime_checkable
 class WindowedEngine(Engine, Protocol):
     """An engine whose decoder steps the ready windows of many streams at once (a GPU's): the
@@ -96,18 +110,16 @@ class WindowedEngine(Engine, Protocol):
     batch_wait: float
     """Seconds the most urgent window waits for others to join its batch, at most."""
 
-    def prepare(self, requests: Sequence[tuple[str, SynthesisOptions]]) -> Sequence[object]:
-        """For syntheses that start together, what each needs before its first window, made
-        for all of them in one batch (a GPU's: the encoder, durations and flow): one item per
-        request, each for :meth:`windows_of` (None where there is nothing to make)."""
+    def begin(self, sentences: Sequence[object]) -> Sequence[object]:
+        """The decoder inputs of sentences that streams begin together (their
+        :attr:`Begin.sentence`), in order, made in one batch (a GPU's: the encoder, durations
+        and flow, whose operations it dispatches once for all of them)."""
         ...
 
-    def windows_of(
-        self, text: str, options: SynthesisOptions, prepared: object | None = None
-    ) -> Iterator[Window | Audio | WordStarts]:
+    def windows_of(self, text: str, options: SynthesisOptions) -> Windows:
         """What ``synthesize`` gives, each chunk of audio left as the window to decode (or,
-        for options its windows cannot serve, the audio itself); ``prepared``: this text's
-        item from :meth:`prepare`."""
+        for options its windows cannot serve, the audio itself), each sentence announced by a
+        :class:`Begin` before its first window."""
         ...
 
     def window_bucket(self, frames: int) -> int:

@@ -17,13 +17,13 @@ import os
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 import numpy.typing as npt
 
 from ...audio import Audio
-from ..base import SynthesisOptions, Window, WordStarts
+from ..base import Begin, SynthesisOptions, Window, Windows, WordStarts
 from ..mlx_device import describe_device, keep_compiled_kernels
 from ..piper_words import WordPlacer, inference_chunks, phonemize
 
@@ -39,13 +39,18 @@ ENV_PREFIX = "VOICEWS_MLX_"
 
 
 @dataclass(frozen=True, slots=True)
-class PreparedText:
-    """A text's sentences (phonemes and ids), and its first sentence's decoder input and
-    frames per phoneme id, computed beside other texts' (``MlxPiperEngine.prepare``)."""
+class Sentence:
+    """A sentence a stream begins (``Begin.sentence``): its phoneme ids, length scale and
+    noise, drawn from the engine's in the order sentences begin, so its audio is the same
+    whether its decoder input is made alone or with others'."""
 
-    sentences: list[tuple[list[str], list[int]]]
-    z: npt.NDArray[np.float32]
-    durations: npt.NDArray[np.int64]
+    ids: list[int]
+    length_scale: float
+    rng: np.random.Generator
+
+
+DecoderInput = tuple[npt.NDArray[np.float32], npt.NDArray[np.int64]]
+"""A sentence's flow output (``(frames, channels)``, on the host) and frames per phoneme id."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -245,17 +250,23 @@ class MlxPiperEngine:
             yield placed
 
     def _latents(self, ids: list[int], speed: float) -> Any:
+        return self._sentence_latents(self._sentence(ids, speed))
+
+    def _sentence(self, ids: list[int], speed: float) -> Sentence:
+        return Sentence(ids, self._length_scale / speed, self._sentence_rng())
+
+    def _sentence_latents(self, sentence: Sentence) -> Any:
         return self.model.latents(
-            ids,
+            sentence.ids,
             noise_scale=self._noise_scale,
-            length_scale=self._length_scale / speed,
+            length_scale=sentence.length_scale,
             noise_w=self._noise_w,
-            rng=self._sentence_rng(),
+            rng=sentence.rng,
         )
 
     def _sentence_rng(self) -> np.random.Generator:
         """A sentence's own noise, seeded from the engine's in the order sentences start:
-        the same whether its latents run alone or beside others' (:meth:`prepare`)."""
+        the same whether its latents run alone or beside others' (:meth:`begin`)."""
         return np.random.default_rng(int(self._rng.integers(1 << 63)))
 
     def _plan(self, frames: int, options: SynthesisOptions) -> list[tuple[int, int]]:
@@ -281,54 +292,39 @@ class MlxPiperEngine:
         mx.eval(z)
         return np.array(z, dtype=np.float32)
 
-    def prepare(
-        self, requests: Sequence[tuple[str, SynthesisOptions]]
-    ) -> list[PreparedText | None]:
-        """For syntheses that start together (the batched lane takes them at once): each
-        one's sentences, its first sentence's encoder, durations and flow run beside the
-        others' in one batch (:meth:`PiperVits.decoder_inputs`), for :meth:`windows_of`. None
-        for a request it would not decode in windows, or with nothing to say."""
-        prepared: list[PreparedText | None] = [None] * len(requests)
-        firsts = []
-        for i, (text, options) in enumerate(requests):
-            if options.overlap_frames is None and (
-                sentences := self._sentences(text, options.speed)
-            ):
-                firsts.append((i, sentences, options.speed, self._sentence_rng()))
-        if not firsts:
-            return prepared
-        inputs = self.model.decoder_inputs(
-            [sentences[0][1] for _, sentences, _, _ in firsts],
+    def begin(self, sentences: Sequence[object]) -> list[DecoderInput]:
+        """The decoder inputs of sentences that streams begin together (:meth:`windows_of`'s
+        ``Begin`` items): their encoders, durations and flows in one batch, padded to the
+        longest and masked (:meth:`PiperVits.decoder_inputs`), two evaluations however many."""
+        begun = [cast(Sentence, sentence) for sentence in sentences]
+        return self.model.decoder_inputs(
+            [sentence.ids for sentence in begun],
             noise_scale=self._noise_scale,
-            length_scales=[self._length_scale / speed for _, _, speed, _ in firsts],
+            length_scales=[sentence.length_scale for sentence in begun],
             noise_w=self._noise_w,
-            rngs=[rng for *_, rng in firsts],
+            rngs=[sentence.rng for sentence in begun],
         )
-        for (i, sentences, _, _), (z, durations) in zip(firsts, inputs, strict=True):
-            prepared[i] = PreparedText(sentences, z, durations)
-        return prepared
 
-    def windows_of(
-        self, text: str, options: SynthesisOptions, prepared: object | None = None
-    ) -> Iterator[Window | Audio | WordStarts]:
+    def windows_of(self, text: str, options: SynthesisOptions) -> Windows:
         """``text``'s windows in order, its word starts just before the last (that window
         ends the synthesis): for a caller that decodes several streams' windows at once
-        (:meth:`decode_windows`). Each sentence's encoder, durations and flow run when its
-        first window is asked for, but the first sentence's where ``prepared`` (this text's,
-        from :meth:`prepare`) has it. A session that asks for ``overlap`` windows gets its
-        audio as ``synthesize`` makes it."""
+        (:meth:`decode_windows`). Each sentence is announced by a ``Begin`` before its first
+        window: the caller sends back its decoder input, made with other streams' sentences
+        (:meth:`begin`), or None, and the sentence's encoder, durations and flow run alone. A
+        session that asks for ``overlap`` windows gets its audio as ``synthesize`` makes it."""
         if options.overlap_frames is not None:
             yield from self.synthesize(text, options)
             return
         timed = []
-        ready = prepared if isinstance(prepared, PreparedText) else None
-        sentences = ready.sentences if ready else self._sentences(text, options.speed)
+        sentences = self._sentences(text, options.speed)
         for i, (phonemes, ids) in enumerate(sentences):
-            if i == 0 and ready is not None:
-                z, durations = ready.z, ready.durations
-            else:
-                latents = self._latents(ids, options.speed)
+            sentence = self._sentence(ids, options.speed)
+            made = yield Begin(sentence)
+            if made is None:
+                latents = self._sentence_latents(sentence)
                 z, durations = self._decoder_input(latents.z_p), latents.durations
+            else:
+                z, durations = cast(DecoderInput, made)
             timed.append((phonemes, durations * self._hop))
             plan = self._plan(int(z.shape[0]), options)
             for k, (start, end) in enumerate(plan):
@@ -360,7 +356,8 @@ class MlxPiperEngine:
             for _ in self.synthesize("Warming up.", SynthesisOptions()):
                 pass
             if self.batched:  # sessions beginning together: their encoders in one batch
-                self.prepare([("Warming up.", SynthesisOptions())] * 2)
+                ids = self.phoneme_ids("Warming up.")[0]
+                self.begin([self._sentence(ids, 1.0), self._sentence(ids, 1.0)])
             if self.decode == "whole":
                 windows = self.windows
                 top = windows.batch_size(self.max_batch) if windows.bucketed else 1
