@@ -113,7 +113,9 @@ async def run(args: argparse.Namespace) -> None:
                 log(
                     f"N={n}: first audio p50/p95 {summary.ttfa_p50_ms:.0f}/"
                     f"{summary.ttfa_p95_ms:.0f} ms, longest stall {summary.max_stall_ms:.0f} ms, "
-                    f"{summary.stalled}/{n} stalled, {row['batches']:.0f} batched steps of "
+                    f"{summary.stalled}/{n} stalled, event loop "
+                    f"{summary.loop_ms_per_audio_s:.1f} ms of CPU per audio second, "
+                    f"{row['batches']:.0f} batched steps of "
                     f"{row['batched_windows'] / max(1, row['batches']):.1f} windows, "
                     f"{row['begun_sentences']:.0f} sentences begun in "
                     f"{row['begun_batches']:.0f} batches"

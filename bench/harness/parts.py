@@ -267,14 +267,14 @@ async def burst(
     try:
         speaking = [asyncio.create_task(speak(i, conn)) for i, conn in enumerate(conns)]
         await asyncio.sleep(0.3)  # every task waits at the gate
-        cpu0, mark = server.cpu_s(), CpuMark.now([server])
+        cpu0, loop0, mark = server.cpu_s(), server.loop_cpu_s(), CpuMark.now([server])
         go.set()
         turns = await asyncio.gather(*speaking)
-        cpu = server.cpu_s() - cpu0
+        cpu, loop = server.cpu_s() - cpu0, server.loop_cpu_s() - loop0
         other = mark.other_cores(CpuMark.now([server]))
     finally:
         await asyncio.gather(*(conn.close() for conn in conns))
-    return BurstSummary.of(n, turns, cpu, other), list(turns)
+    return BurstSummary.of(n, turns, cpu, other, loop), list(turns)
 
 
 async def measure_bursts(
@@ -310,7 +310,8 @@ async def measure_bursts(
             log(
                 f"  burst {server.name:>13} N={n:<3} first audio p95 {level.ttfa_p95_ms:6.0f} "
                 f"ms, max stall {level.max_stall_ms:6.0f} ms, {level.stalled}/{n} stalled, "
-                f"cpu {level.cpu_ms_per_audio_s:4.0f} ms/audio s, "
+                f"cpu {level.cpu_ms_per_audio_s:4.0f} ms/audio s "
+                f"(event loop {level.loop_ms_per_audio_s:.1f}), "
                 f"other processes {level.other_cores:.1f} cores"
             )
             if all(r.failed or r.ttfa_p95_ms > STOP_TTFA_P95_MS for r in runs[server.name]):

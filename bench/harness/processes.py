@@ -96,6 +96,12 @@ class ServerProcess:
     def cpu_s(self) -> float:
         return proc_cpu_s(f"/proc/{self.pid}/stat")
 
+    def loop_cpu_s(self) -> float:
+        """CPU seconds of the process's main thread: its event loop (the compute lanes and
+        onnxruntime's pool are threads of their own). The part of the host's work that one
+        Python process cannot spread over more cores."""
+        return proc_cpu_s(f"/proc/{self.pid}/task/{self.pid}/stat")
+
     def stop(self) -> None:
         if self.proc is None or self.proc.poll() is not None:
             return

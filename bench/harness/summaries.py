@@ -203,9 +203,18 @@ class BurstSummary:
     end_to_last_p50_ms: float
     cpu_ms_per_audio_s: float
     other_cores: float
+    loop_ms_per_audio_s: float = math.nan
+    """Of ``cpu_ms_per_audio_s``, the server's main thread's: its event loop."""
 
     @classmethod
-    def of(cls, n: int, turns: Sequence[Turn], cpu_s: float, other_cores: float) -> BurstSummary:
+    def of(
+        cls,
+        n: int,
+        turns: Sequence[Turn],
+        cpu_s: float,
+        other_cores: float,
+        loop_cpu_s: float = math.nan,
+    ) -> BurstSummary:
         good = [t for t in turns if t.ok]
         ttfa = [t.ttfa_ms for t in good if t.ttfa_ms is not None]
         stalls = [t.playback.underrun_ms for t in good]
@@ -223,6 +232,7 @@ class BurstSummary:
             ),
             cpu_ms_per_audio_s=1000 * cpu_s / audio_s if audio_s else math.nan,
             other_cores=other_cores,
+            loop_ms_per_audio_s=1000 * loop_cpu_s / audio_s if audio_s else math.nan,
         )
 
     @property
