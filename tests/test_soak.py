@@ -32,6 +32,7 @@ async def test_soak_with_attackers_keeps_memory_fds_tasks_and_threads_flat() -> 
         ping_interval=1.0,
         ping_timeout=2.0,
         request_timeout=1.0,
+        phrase_cache_seconds=2.0,  # full within the first phase: its bound is soaked too
     )
     async with running(config) as srv:
         assert srv.app is not None

@@ -43,6 +43,12 @@ def parser() -> argparse.ArgumentParser:
         type=int,
         help="inferences piper or kokoro runs side by side (default: one per core)",
     )
+    serve.add_argument(
+        "--phrase-cache-seconds",
+        type=float,
+        default=DEFAULTS.phrase_cache_seconds,
+        help="audio of short segments kept to give again at once, a reply's openers (0: none)",
+    )
     serve.add_argument("--idle-flush-ms", type=int, default=DEFAULTS.session.idle_flush_ms)
     serve.add_argument(
         "--locale",
@@ -157,6 +163,7 @@ def serve_config(args: argparse.Namespace) -> ServerConfig:
         engine=args.engine,
         voice=args.voice,
         lanes=DEFAULTS.lanes if args.lanes is None else args.lanes,
+        phrase_cache_seconds=args.phrase_cache_seconds,
         drain_timeout=args.drain_timeout,
         max_sessions=args.max_sessions,
         handshake_timeout=args.handshake_timeout,

@@ -52,6 +52,9 @@ class ServerConfig:
     mode, whose language model is bound to one thread. One per core by default: on a CPU,
     inferences side by side do more than one spread over all the cores, and one that runs
     alone still gets them all."""
+    phrase_cache_seconds: float = 120.0
+    """Seconds of audio of short segments kept to give again at once (a reply's openers:
+    ``compute/phrases.py``); 0: none."""
     socket_send_buffer: int = 128 * 1024
     """Kernel send buffer per socket. Small, so a slow reader's backlog stays in our bounded
     queue (where barge-in can drop it) rather than in seconds of unretractable kernel buffer."""
@@ -118,7 +121,11 @@ class VoicewsServer:
     def __init__(self, config: ServerConfig, worker: ComputeWorker | None = None) -> None:
         self.config = config
         lanes = 1 if config.agent_model is not None else config.lanes
-        self.worker = worker or ComputeWorker(engine_factory(config.engine, config.voice), lanes)
+        self.worker = worker or ComputeWorker(
+            engine_factory(config.engine, config.voice),
+            lanes,
+            phrase_seconds=config.phrase_cache_seconds,
+        )
         self.app: VoicewsApp | None = None
         self.policy: TransportPolicy | None = None
         self.wyoming: WyomingServer | None = None

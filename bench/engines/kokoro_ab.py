@@ -20,7 +20,9 @@
 3. The service: ``voicews serve`` for Piper (default voice) and for Kokoro as processes on
    loopback, 1, 2 and 4 conversations started together (``harness.measure_bursts``: held-out
    replies at 20 tokens/s, no jitter buffer): first audio p50/p95, the most stall one
-   conversation heard, conversations stalled over 100 ms, CPU per audio second.
+   conversation heard, conversations stalled over 100 ms, CPU per audio second. Kokoro twice:
+   as served, and with no phrase cache (``--phrase-cache-seconds 0``), whose replays of the
+   openers said before (the bursts' replies recur, as an agent's openers do) cost nothing.
 
 The machine is shared: absolute figures are noisy; compare within one run.
 """
@@ -242,6 +244,12 @@ async def service(ns: list[int], repeats: int, workdir: Path) -> dict[str, list[
     servers = [
         VoicewsProcess(workdir, max_sessions=16, name="piper"),
         VoicewsProcess(workdir, max_sessions=16, name="kokoro", args=["--engine", "kokoro"]),
+        VoicewsProcess(
+            workdir,
+            max_sessions=16,
+            name="kokoro-uncached",
+            args=["--engine", "kokoro", "--phrase-cache-seconds", "0"],
+        ),
     ]
     try:
         for server in servers:
@@ -268,7 +276,9 @@ def service_table(levels: dict[str, list[BurstSummary]]) -> str:
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("--repeats", type=int, default=3, help="graphs and settings, interleaved")
-    parser.add_argument("--variants", default=",".join(VARIANTS), help=f"and {PIPER!r}")
+    parser.add_argument(
+        "--variants", default=",".join(VARIANTS), help=f"and {PIPER!r} ('' skips parts 1 and 2)"
+    )
     parser.add_argument(
         "--graph",
         action="append",
@@ -303,7 +313,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         workdir = Path(tmp)
         graphs = {}
         settings_of = dict(VARIANT_SETTINGS)
-        for name in args.variants.split(","):
+        for name in filter(None, args.variants.split(",")):
             started = time.perf_counter()
             if lead := re.fullmatch(r"lead(\d+)", name):  # the static graph, another lead
                 settings_of[name] = {"lead_frames": int(lead.group(1))}
@@ -315,13 +325,14 @@ def main(argv: Sequence[str] | None = None) -> None:
         for item in args.graph:
             name, _, path = item.partition("=")
             graphs[name] = Path(path)
-        print(f"\n1. graphs, {args.repeats} interleaved runs each (medians; RTF over all runs)")
-        labels = {n: (path, dict(settings_of.get(n, {}))) for n, path in graphs.items()}
-        summary = measure(labels, args.repeats, workdir, set(labels))
-        judge(summary, workdir)
-        print(graph_table(summary, quality=True))
-        results["graphs"] = summary
-        if not args.no_settings:
+        if graphs:
+            print(f"\n1. graphs, {args.repeats} interleaved runs each (medians; RTF over all runs)")
+            labels = {n: (path, dict(settings_of.get(n, {}))) for n, path in graphs.items()}
+            summary = measure(labels, args.repeats, workdir, set(labels))
+            judge(summary, workdir)
+            print(graph_table(summary, quality=True))
+            results["graphs"] = summary
+        if not args.no_settings and graphs:
             chosen = graphs[args.settings_of]
             print(f"\n2. session settings on the {args.settings_of} graph, "
                   f"{args.repeats} interleaved runs each")  # fmt: skip

@@ -16,7 +16,19 @@ from collections.abc import Callable
 from ..core.cost import DEFAULT_PRIOR, PRIORS, Cost, CostModel
 from ..core.pacing import Load
 from ..engines.base import Begin, Engine, WarmingEngine, Window, WindowedEngine
-from .jobs import Job, JobAudio, JobDone, JobEvent, JobFailed, JobText, JobWords, close, event_of
+from .jobs import (
+    Job,
+    JobAudio,
+    JobDone,
+    JobEvent,
+    JobFailed,
+    JobText,
+    JobWords,
+    Synthesis,
+    close,
+    event_of,
+)
+from .phrases import PhraseCache
 from .planning import Planner
 from .stats import WorkerStats
 
@@ -36,7 +48,9 @@ class ComputeWorker:
         engine_factory: Callable[[], Engine],
         lanes: int = 1,
         clock: Callable[[], float] = time.monotonic,
+        phrase_seconds: float = 0.0,
     ) -> None:
+        """``phrase_seconds``: the audio of short segments kept to give again (``phrases``)."""
         if lanes < 1:
             raise ValueError(f"lanes must be at least 1, not {lanes}")
         self._factory = engine_factory
@@ -56,6 +70,8 @@ class ComputeWorker:
         self.device = ""
         self._clock = clock
         self.stats = WorkerStats(clock=clock)
+        self._phrase_seconds = phrase_seconds
+        self.phrases = PhraseCache(0)
 
     def start(self) -> None:
         """Start the first lane, wait until it has built the engine, then the others."""
@@ -72,6 +88,15 @@ class ComputeWorker:
             thread.join()
 
     def submit(self, job: Job) -> None:
+        """Queue ``job``; a short synthesis said before gets what it gave then, at once."""
+        if isinstance(job.run, Synthesis) and self.phrases.max_samples:
+            job._phrase = self.phrases.key(job.run.text, job.run.options)
+            events = None if job._phrase is None else self.phrases.get(job._phrase)
+            if events is not None:
+                for event in events:
+                    job.on_event(event)
+                job.on_event(JobDone())
+                return
         with self._cond:
             self._plan.add(job, self._clock())
             self._cond.notify_all()  # a pinned job waits for its own lane
@@ -119,6 +144,7 @@ class ComputeWorker:
         try:
             engine = self._factory()
             self.engine_name, self.sample_rate = engine.name, engine.sample_rate
+            self.phrases = PhraseCache(round(self._phrase_seconds * engine.sample_rate))
             self.device = engine.device
             lanes = self._lanes if engine.concurrent else 1
             with self._cond:
@@ -246,8 +272,13 @@ class ComputeWorker:
             return False, 0.0
         if event is None:
             self.stats.count(failed=False)
+            if job._phrase is not None:
+                self.phrases.put(job._phrase, job._gave)
             job.on_event(JobDone())
             return False, 0.0
+        if job._phrase is not None and isinstance(event, JobAudio | JobWords):
+            kept = JobAudio(event.audio.copy()) if isinstance(event, JobAudio) else event
+            job._gave.append(kept)  # a copy: the session's stitcher may fade it in place
         job.on_event(event)
         if isinstance(event, JobAudio):
             return True, event.audio.size / self.sample_rate

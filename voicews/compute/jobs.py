@@ -128,6 +128,9 @@ class Job:
     _submitted: float = field(default=0.0, repr=False)
     _sounded: bool = field(default=False, repr=False)
     _computed: float = field(default=0.0, repr=False)  # lane-seconds of its steps so far
+    _phrase: tuple[str, SynthesisOptions] | None = field(default=None, repr=False)
+    """Its text and options, where what it gives is kept (``phrases.PhraseCache``)."""
+    _gave: list[JobEvent] = field(default_factory=list, repr=False)  # what it gave, so far
 
     def due(self) -> float:
         """When it should give its first output; the job due first runs next."""
