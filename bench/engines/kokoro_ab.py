@@ -243,12 +243,14 @@ async def lightly_warm(server: ServerProcess) -> None:
 async def service(ns: list[int], repeats: int, workdir: Path) -> dict[str, list[BurstSummary]]:
     servers = [
         VoicewsProcess(workdir, max_sessions=16, name="piper"),
-        VoicewsProcess(workdir, max_sessions=16, name="kokoro", args=["--engine", "kokoro"]),
         VoicewsProcess(
             workdir,
             max_sessions=16,
-            name="kokoro-uncached",
-            args=["--engine", "kokoro", "--phrase-cache-seconds", "0"],
+            name="kokoro",
+            args=["--engine", "kokoro", "--phrase-cache-seconds", "120"],
+        ),
+        VoicewsProcess(
+            workdir, max_sessions=16, name="kokoro-uncached", args=["--engine", "kokoro"]
         ),
     ]
     try:

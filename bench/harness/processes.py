@@ -146,9 +146,15 @@ class CpuMark:
         return max(0.0, other / wall) if wall > 0 else math.nan
 
 
+PHRASE_CACHE = "--phrase-cache-seconds"
+
+
 class VoicewsProcess(ServerProcess):
     """``voicews serve`` with its defaults; or, to compare versions in one run, the code of
-    another checkout (``source``), under its own ``name``, with ``args`` added."""
+    another checkout (``source``), under its own ``name``, with ``args`` added. The phrase
+    cache is off unless ``args`` set it: the benches say the same replies again by design (each
+    at every rate, each burst's), which it would replay, where an agent's replies repeat only
+    their openers (``python -m bench kokoro_ab`` measures it on and off)."""
 
     name = "voicews"
 
@@ -187,8 +193,15 @@ class VoicewsProcess(ServerProcess):
             str(self.max_sessions),
             "--drain-timeout",
             "2",
+            *self._cache_off(),
             *self.args,
         ]
+
+    def _cache_off(self) -> list[str]:
+        """``PHRASE_CACHE`` 0, unless ``args`` set it or the code has none."""
+        cli = (self.source or Path(__file__).parents[2]) / "voicews" / "cli.py"
+        known = cli.exists() and PHRASE_CACHE in cli.read_text()
+        return [PHRASE_CACHE, "0"] if known and PHRASE_CACHE not in self.args else []
 
     async def metrics(self) -> dict[str, float]:
         """The unlabelled samples of ``GET /metrics``."""
