@@ -63,6 +63,22 @@ def engine() -> KokoroEngine:
     return KokoroEngine()
 
 
+def test_options_that_change_nothing_it_gives_sound_alike(engine: KokoroEngine) -> None:
+    """The phrase cache's key (``sounding``): a first segment's crop is the busy one's, and the
+    look-ahead word (which Kokoro does not say) and the windows change nothing."""
+    first = SynthesisOptions(eager=True)
+    busy = SynthesisOptions(eager=True, lean=True, then="now", chunk_frames=32)
+    assert engine.sounding(first) == engine.sounding(busy) != engine.sounding(SynthesisOptions())
+    assert engine.sounding(SynthesisOptions(voice=engine.voice)) == engine.sounding(
+        SynthesisOptions()
+    )
+    said = [
+        np.concatenate([a for a in engine.synthesize("Sure!", o) if isinstance(a, np.ndarray)])
+        for o in (first, busy)
+    ]
+    np.testing.assert_array_equal(*said)
+
+
 def test_frames_per_token_give_the_audio_length_exactly_and_speech_is_deterministic(
     engine: KokoroEngine,
 ) -> None:

@@ -4,6 +4,7 @@ it on the fake engine of ``test_worker``, and a real server with the real voice.
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 
 import numpy as np
 from test_worker import Costed, Gate, Recorder, started
@@ -96,6 +97,26 @@ def test_what_a_cut_or_failed_synthesis_gave_is_not_kept() -> None:
         worker.stop()
     assert isinstance(rec.of("failed")[-1], JobFailed)
     assert len(worker.phrases) == 0
+
+
+class Sounding(Costed):
+    """The fake engine, saying which options change its audio: the look-ahead word does not."""
+
+    def sounding(self, options: SynthesisOptions) -> SynthesisOptions:
+        return replace(options, then="")
+
+
+def test_options_the_engine_says_change_nothing_share_what_is_kept() -> None:
+    engine, rec = Sounding(), Recorder()
+    worker = ComputeWorker(lambda: engine, phrase_seconds=1.0)
+    worker.start()
+    try:
+        for name, then in (("a", "now"), ("b", "later")):
+            worker.submit(rec.job(name, synthesis("sure", SynthesisOptions(then=then))))
+            rec.wait(1)
+    finally:
+        worker.stop()
+    assert engine.computed == ["sure"] and worker.phrases.hits == 1
 
 
 def test_off_nothing_is_kept() -> None:

@@ -15,7 +15,15 @@ from collections.abc import Callable
 
 from ..core.cost import DEFAULT_PRIOR, PRIORS, Cost, CostModel
 from ..core.pacing import Load
-from ..engines.base import Begin, Engine, WarmingEngine, Window, WindowedEngine
+from ..engines.base import (
+    Begin,
+    Engine,
+    SoundingEngine,
+    SynthesisOptions,
+    WarmingEngine,
+    Window,
+    WindowedEngine,
+)
 from .jobs import (
     Job,
     JobAudio,
@@ -72,6 +80,7 @@ class ComputeWorker:
         self.stats = WorkerStats(clock=clock)
         self._phrase_seconds = phrase_seconds
         self.phrases = PhraseCache(0)
+        self._sounding: Callable[[SynthesisOptions], SynthesisOptions] = lambda options: options
 
     def start(self) -> None:
         """Start the first lane, wait until it has built the engine, then the others."""
@@ -90,7 +99,7 @@ class ComputeWorker:
     def submit(self, job: Job) -> None:
         """Queue ``job``; a short synthesis said before gets what it gave then, at once."""
         if isinstance(job.run, Synthesis) and self.phrases.max_samples:
-            job._phrase = self.phrases.key(job.run.text, job.run.options)
+            job._phrase = self.phrases.key(job.run.text, self._sounding(job.run.options))
             events = None if job._phrase is None else self.phrases.get(job._phrase)
             if events is not None:
                 for event in events:
@@ -145,6 +154,8 @@ class ComputeWorker:
             engine = self._factory()
             self.engine_name, self.sample_rate = engine.name, engine.sample_rate
             self.phrases = PhraseCache(round(self._phrase_seconds * engine.sample_rate))
+            if isinstance(engine, SoundingEngine):
+                self._sounding = engine.sounding
             self.device = engine.device
             lanes = self._lanes if engine.concurrent else 1
             with self._cond:

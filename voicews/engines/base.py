@@ -132,6 +132,17 @@ class WindowedEngine(Engine, Protocol):
 
 
 @runtime_checkable
+class SoundingEngine(Engine, Protocol):
+    """An engine that can say which of a synthesis' options change its audio: syntheses whose
+    text and sounding options agree sound alike (the worker's phrase cache is keyed by them)."""
+
+    def sounding(self, options: SynthesisOptions) -> SynthesisOptions:
+        """``options`` with those this engine ignores, or that change nothing it gives, left
+        at one value."""
+        ...
+
+
+@runtime_checkable
 class WarmingEngine(Engine, Protocol):
     """An engine whose first inferences compile kernels (MLX on a GPU: 10-14 s): the worker
     warms it before serving, while ``/readyz`` says ``warming``."""

@@ -11,6 +11,7 @@ import logging
 import time
 import unicodedata
 from collections.abc import Generator, Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -197,6 +198,10 @@ class PiperEngine:
             frames, _ = self._voice.phoneme_ids_to_audio(ids, config, include_alignments=True)
             latents.append(batched(frames))
         return latents
+
+    def sounding(self, options: SynthesisOptions) -> SynthesisOptions:
+        """All but ``lean`` and the windows, which this engine does not read."""
+        return replace(options, lean=False, chunk_frames=None, overlap_frames=None)
 
     def synthesize(self, text: str, options: SynthesisOptions) -> Iterator[Audio | WordStarts]:
         # No per-chunk normalization: it would change loudness from one segment to the next.

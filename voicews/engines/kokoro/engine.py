@@ -66,6 +66,13 @@ class KokoroEngine:
         self._session = lane_session(timed_graph(graph, lead_frames))
         self.device = describe_session(self._session)
 
+    def sounding(self, options: SynthesisOptions) -> SynthesisOptions:
+        """The voice, the speed and whether the silence after the last sound is cropped (a
+        first segment's, or any while listeners wait): the look-ahead word and the windows
+        change nothing here."""
+        crop = options.eager or options.lean
+        return SynthesisOptions(speed=options.speed, voice=options.voice or self.voice, lean=crop)
+
     def synthesize(self, text: str, options: SynthesisOptions) -> Iterator[Audio | WordStarts]:
         voice = options.voice or self.voice
         if voice not in self._packs:
