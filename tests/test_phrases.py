@@ -45,21 +45,23 @@ def test_what_is_kept_is_given_again_as_copies_the_least_recent_out_first() -> N
     assert len(cache) == 2
 
 
-def test_a_synthesis_said_before_is_given_again_at_once_without_the_engine() -> None:
+def test_a_first_segment_said_before_is_given_again_at_once_without_the_engine() -> None:
     engine, rec = Costed(), Recorder()
     worker = ComputeWorker(lambda: engine, phrase_seconds=1.0)
     worker.start()
     try:
-        worker.submit(rec.speak("once", "sure thing"))
+        worker.submit(rec.speak("once", "sure thing", first=True))
         rec.wait(1)
-        worker.submit(rec.speak("again", "sure thing"))
+        worker.submit(rec.speak("again", "sure thing", first=True))
         rec.wait(1)
         eager = synthesis("sure thing", SynthesisOptions(eager=True))
-        worker.submit(rec.job("other", eager))  # other options: computed
+        worker.submit(rec.job("other", eager, first=True))  # other options: computed
+        rec.wait(1)
+        worker.submit(rec.speak("later", "sure thing"))  # not a turn's first: computed
         rec.wait(1)
     finally:
         worker.stop()
-    assert engine.computed == ["sure", "thing", "sure", "thing"]
+    assert engine.computed == ["sure", "thing"] * 3
     once, again = rec.of("once"), rec.of("again")
     assert (
         [type(e) for e in again]
@@ -74,7 +76,7 @@ def test_a_synthesis_said_before_is_given_again_at_once_without_the_engine() -> 
     for mine, theirs in zip(again, once, strict=True):
         if isinstance(mine, JobAudio) and isinstance(theirs, JobAudio):
             np.testing.assert_array_equal(mine.audio, theirs.audio)
-    assert worker.phrases.hits == 1 and worker.stats.jobs_done == 2
+    assert worker.phrases.hits == 1 and worker.stats.jobs_done == 3
 
 
 def test_what_a_cut_or_failed_synthesis_gave_is_not_kept() -> None:
@@ -83,12 +85,12 @@ def test_what_a_cut_or_failed_synthesis_gave_is_not_kept() -> None:
     worker.start()
     try:
         engine.gates["later"] = gate = Gate()
-        cut = rec.speak("cut", "now later")
+        cut = rec.speak("cut", "now later", first=True)
         worker.submit(cut)
         assert gate.reached.wait(10)
         worker.cancel(cut)
         gate.go.set()
-        worker.submit(rec.speak("failed", "now explode"))
+        worker.submit(rec.speak("failed", "now explode", first=True))
         rec.wait(1)
         deadline = time.monotonic() + 10
         while worker.queued and time.monotonic() < deadline:
@@ -112,7 +114,7 @@ def test_options_the_engine_says_change_nothing_share_what_is_kept() -> None:
     worker.start()
     try:
         for name, then in (("a", "now"), ("b", "later")):
-            worker.submit(rec.job(name, synthesis("sure", SynthesisOptions(then=then))))
+            worker.submit(rec.job(name, synthesis("sure", SynthesisOptions(then=then)), first=True))
             rec.wait(1)
     finally:
         worker.stop()
@@ -124,7 +126,7 @@ def test_off_nothing_is_kept() -> None:
     worker = started(engine)
     try:
         for name in ("a", "b"):
-            worker.submit(rec.speak(name, "hello"))
+            worker.submit(rec.speak(name, "hello", first=True))
             rec.wait(1)
     finally:
         worker.stop()

@@ -97,8 +97,8 @@ class ComputeWorker:
             thread.join()
 
     def submit(self, job: Job) -> None:
-        """Queue ``job``; a short synthesis said before gets what it gave then, at once."""
-        if isinstance(job.run, Synthesis) and self.phrases.max_samples:
+        """Queue ``job``; a turn's first segment said before gets what it gave then, at once."""
+        if job.first and isinstance(job.run, Synthesis) and self.phrases.max_samples:
             job._phrase = self.phrases.key(job.run.text, self._sounding(job.run.options))
             events = None if job._phrase is None else self.phrases.get(job._phrase)
             if events is not None:

@@ -1,14 +1,18 @@
-"""Short segments said before, kept: a reply's openers come back at once, for no compute.
+"""A reply's openers said before, kept: they come back at once, for no compute.
 
 Agent replies open with the same few words ("Sure!", "Hmm,", "Let me check that for you."),
-and a turn's first segment is cut short on purpose, so the same segment, with the same voice
-and options, is synthesized again and again. When conversations start together their first
-segments take the lanes at once and the next segments wait behind them: that is where a
-burst's listeners run dry. The worker keeps what each short synthesis gave (its audio and word
-starts, in order) and gives it again to the next job asking for the same text with the same
-options, without queueing it. Kokoro's audio is a function of its input, so a replay is what
-the engine would make; Piper's draws noise, so a replay is one of the renderings it could
-make. Bounded by the samples kept, least recently used first out.
+and a turn's first segment is cut short on purpose, so the same first segment, with the same
+voice and options, is synthesized again and again. When conversations start together their
+first segments take the lanes at once and the next segments wait behind them: that is where a
+burst's listeners run dry. The worker keeps what each short first segment gave (its audio and
+word starts, in order) and gives it again to the next turn opening with the same text and
+options, without queueing it. Only first segments: later ones repeat where whole replies do
+(a benchmark's), and replaying them moved a burst's compute from its start to its middle,
+all sessions at once, past what the worker's queue had told them (bursts of 16, two runs: 2
+of 64 conversations stalled, at the fourth segment, against none). Kokoro's audio is a
+function of its input, so a replay is what the engine would make; Piper's draws noise, so a
+replay is one of the renderings it could make. Bounded by the samples kept, least recently
+used first out.
 """
 
 from __future__ import annotations
