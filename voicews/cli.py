@@ -47,7 +47,7 @@ def parser() -> argparse.ArgumentParser:
         "--phrase-cache-seconds",
         type=float,
         default=DEFAULTS.phrase_cache_seconds,
-        help="audio of short segments kept to give again at once, a reply's openers (0: none)",
+        help="audio of first segments kept to give again at once, a reply's openers (0: none)",
     )
     serve.add_argument("--idle-flush-ms", type=int, default=DEFAULTS.session.idle_flush_ms)
     serve.add_argument(

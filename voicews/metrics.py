@@ -97,10 +97,10 @@ class Metrics:
             ("begun_sentences", "Sentences those steps began", lambda: stats.begun_sentences),
             (
                 "phrase_hits",
-                "Short segments given again from the kept ones, without compute",
+                "First segments given again from the kept ones, without compute",
                 lambda: worker.phrases.hits,
             ),
-            ("phrases_kept", "Short segments kept", lambda: len(worker.phrases)),
+            ("phrases_kept", "First segments kept", lambda: len(worker.phrases)),
         ):
             Gauge(f"voicews_worker_{name}", help_text, registry=r).set_function(read)
         Gauge(

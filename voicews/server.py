@@ -53,8 +53,8 @@ class ServerConfig:
     inferences side by side do more than one spread over all the cores, and one that runs
     alone still gets them all."""
     phrase_cache_seconds: float = 120.0
-    """Seconds of audio of short segments kept to give again at once (a reply's openers:
-    ``compute/phrases.py``); 0: none."""
+    """Seconds of audio of turns' first segments kept to give again at once (a reply's
+    openers: ``compute/phrases.py``); 0: none."""
     socket_send_buffer: int = 128 * 1024
     """Kernel send buffer per socket. Small, so a slow reader's backlog stays in our bounded
     queue (where barge-in can drop it) rather than in seconds of unretractable kernel buffer."""
