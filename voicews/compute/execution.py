@@ -36,7 +36,7 @@ from .jobs import (
     close,
     event_of,
 )
-from .phrases import PhraseCache
+from .phrases import PhraseCache, copied
 from .planning import Planner
 from .stats import WorkerStats
 
@@ -58,7 +58,8 @@ class ComputeWorker:
         clock: Callable[[], float] = time.monotonic,
         phrase_seconds: float = 0.0,
     ) -> None:
-        """``phrase_seconds``: the audio of short segments kept to give again (``phrases``)."""
+        """``phrase_seconds``: the audio of turns' first segments kept to give again
+        (``phrases``)."""
         if lanes < 1:
             raise ValueError(f"lanes must be at least 1, not {lanes}")
         self._factory = engine_factory
@@ -287,9 +288,8 @@ class ComputeWorker:
                 self.phrases.put(job._phrase, job._gave)
             job.on_event(JobDone())
             return False, 0.0
-        if job._phrase is not None and isinstance(event, JobAudio | JobWords):
-            kept = JobAudio(event.audio.copy()) if isinstance(event, JobAudio) else event
-            job._gave.append(kept)  # a copy: the session's stitcher may fade it in place
+        if job._phrase is not None:
+            job._gave.append(copied(event))
         job.on_event(event)
         if isinstance(event, JobAudio):
             return True, event.audio.size / self.sample_rate

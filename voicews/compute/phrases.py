@@ -45,15 +45,14 @@ class PhraseCache:
         return (text, options) if len(text) <= MAX_CHARS else None
 
     def get(self, key: Key) -> list[JobEvent] | None:
-        """What the synthesis gave, each chunk a copy (the session's stitcher may fade it in
-        place), or None."""
+        """What the synthesis gave, each chunk a copy (:func:`copied`), or None."""
         with self._lock:
             events = self._kept.get(key)
             if events is None:
                 return None
             self._kept.move_to_end(key)
             self.hits += 1
-        return [JobAudio(e.audio.copy()) if isinstance(e, JobAudio) else e for e in events]
+        return [copied(event) for event in events]
 
     def put(self, key: Key, events: list[JobEvent]) -> None:
         """A synthesis of ``key`` gave ``events`` (audio and word starts) and ended."""
@@ -72,3 +71,8 @@ class PhraseCache:
 
     def __len__(self) -> int:
         return len(self._kept)
+
+
+def copied(event: JobEvent) -> JobEvent:
+    """``event``, its audio copied: the session's stitcher may fade a chunk in place."""
+    return JobAudio(event.audio.copy()) if isinstance(event, JobAudio) else event

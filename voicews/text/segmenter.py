@@ -381,8 +381,6 @@ class Segmenter:
         against 2 of 256, first audio p95 442-497 against 467-486 ms."""
         if fit.split:
             on = self._fitted(Urgency.CRITICAL, self._fitting_at(_Leaning.ON, busy_cap), fit)
-            if fit.holds(on):
-                return on
             if on is not None:
                 return on
             return self._fitted(Urgency.CRITICAL, self._fitting_at(_Leaning.PHRASE, busy_cap), fit)
