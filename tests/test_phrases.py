@@ -136,7 +136,7 @@ def test_off_nothing_is_kept() -> None:
 async def test_a_reply_opening_as_another_did_sounds_the_same_at_once() -> None:
     """Through a real server with the real voice: a second conversation opening with the same
     words gets the same first segment, from what the first one's synthesis gave."""
-    async with running(TEST_CONFIG) as srv:
+    async with running(replace(TEST_CONFIG, phrase_cache_seconds=120.0)) as srv:
         turns = []
         for _ in range(2):
             async with await RealtimeClient.connect(srv.url) as client:
