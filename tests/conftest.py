@@ -11,6 +11,7 @@ import re
 import socket
 import threading
 import tracemalloc
+from collections import Counter
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass, replace
@@ -57,13 +58,21 @@ TEST_CONFIG = ServerConfig(
 class Resources:
     """What a process holds. ``heap`` is the Python heap (numpy buffers included) allocated since
     the probe started and still alive: what our code keeps. RSS also counts native allocator
-    arenas that glibc and onnxruntime keep after a peak, so it is reported, and bounded loosely."""
+    arenas that glibc and onnxruntime keep after a peak, so it is reported, and bounded loosely.
+    ``descriptors``: what each open file descriptor refers to (a socket or pipe by its inode)."""
 
     heap: int
     rss: int
     fds: int
     tasks: int
     threads: int
+    descriptors: tuple[str, ...] = ()
+
+    def opened_since(self, earlier: Resources) -> list[str]:
+        """Descriptors open now that were not open at ``earlier``: what a leak leaves. One
+        that something else in the process closed meanwhile (an earlier test's object, at
+        its own time) is not a leak, and a count would take it for one fewer."""
+        return sorted((Counter(self.descriptors) - Counter(earlier.descriptors)).elements())
 
     def __str__(self) -> str:
         return (
@@ -91,12 +100,17 @@ def resources() -> Resources:
     _trim_native_heap()
     with open("/proc/self/statm") as f:
         rss = int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    descriptors = []
+    for fd in os.listdir("/proc/self/fd"):
+        with contextlib.suppress(OSError):  # the listing's own, closed by now
+            descriptors.append(os.readlink(f"/proc/self/fd/{fd}"))
     return Resources(
         heap=tracemalloc.get_traced_memory()[0] if tracemalloc.is_tracing() else 0,
         rss=rss,
-        fds=len(os.listdir("/proc/self/fd")),
+        fds=len(descriptors),
         tasks=len(asyncio.all_tasks()),
         threads=threading.active_count(),
+        descriptors=descriptors,
     )
 
 

@@ -242,7 +242,9 @@ async def test_http_speech_takes_a_voice_and_a_speed(kokoro: VoicewsServer) -> N
 
 
 async def test_wyoming_lists_the_voices_and_speaks_the_one_named(kokoro: VoicewsServer) -> None:
-    """Home Assistant picks a voice from ``describe``; one the engine lacks gets the default."""
+    """Home Assistant picks a voice from ``describe``; one the engine lacks gets the default.
+    A text the segmenter never cuts, as below: a later segment's end is cropped or not by
+    how busy the worker has lately been, which one connection's turns do not share."""
     assert kokoro.app is not None
     wyoming = WyomingServer(
         kokoro.app.admission, kokoro.app.config.session, "tcp://127.0.0.1:0", kokoro.policy
@@ -257,7 +259,7 @@ async def test_wyoming_lists_the_voices_and_speaks_the_one_named(kokoro: Voicews
             pcm = {}
             for name in ("bm_george", "nobody", None):
                 voice = SynthesizeVoice(name=name) if name else None
-                await client.write_event(Synthesize(text="Hello there.", voice=voice).event())
+                await client.write_event(Synthesize(text="To the caller.", voice=voice).event())
                 reply = await read_reply(client, "audio-stop")
                 assert reply.rate == SAMPLE_RATE and reply.pcm and not reply.errors
                 pcm[name] = bytes(reply.pcm)

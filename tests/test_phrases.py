@@ -76,6 +76,7 @@ def test_a_first_segment_said_before_is_given_again_at_once_without_the_engine()
     for mine, theirs in zip(again, once, strict=True):
         if isinstance(mine, JobAudio) and isinstance(theirs, JobAudio):
             np.testing.assert_array_equal(mine.audio, theirs.audio)
+            assert mine.replay and not theirs.replay  # a replay teaches the session nothing
     assert worker.phrases.hits == 1 and worker.stats.jobs_done == 3
 
 
@@ -136,7 +137,7 @@ def test_off_nothing_is_kept() -> None:
 async def test_a_reply_opening_as_another_did_sounds_the_same_at_once() -> None:
     """Through a real server with the real voice: a second conversation opening with the same
     words gets the same first segment, from what the first one's synthesis gave."""
-    async with running(replace(TEST_CONFIG, phrase_cache_seconds=120.0)) as srv:
+    async with running(TEST_CONFIG) as srv:
         turns = []
         for _ in range(2):
             async with await RealtimeClient.connect(srv.url) as client:

@@ -416,6 +416,32 @@ def test_stall_guard_grows_with_the_synthesis_latency_it_sees() -> None:
     assert wake is not None and abs(wake - (play_end - 0.1 - COST.latency(42) - late)) < 0.001
 
 
+def test_a_replayed_first_segment_teaches_the_pacing_nothing() -> None:
+    """The worker's phrase cache gives a turn's first segment again at once, for no compute:
+    the lateness the session has seen stays what computed segments taught it. (Taken for calm
+    compute, a replay changed how a Kokoro turn's next segment ended: the same text twice
+    gave different audio.) Computed at once, the same first audio eases it."""
+    text = "Hi, the forecast for today is sunny, warm and "
+    late = 0.9 - COST.latency(3)  # the first turn's, on top of the engine's cost
+    for replay, still_late in ((False, 0.9 * late), (True, late)):
+        s = make(stall_guard_ms=100, idle_flush_ms=10_000)
+        s.load(Load(0.0, COST))
+        apply(s, TurnReset(turn_id="t1"), 0.0)
+        apply(s, TextDelta(text=text), 0.0)
+        synthesize(s, one(s), 3.0, 0.9)
+        drain(s, 0.9)
+        apply(s, TurnReset(turn_id="t2"), 10.0)
+        apply(s, TextDelta(text=text), 10.0)
+        first = one(s)
+        s.on_audio(first.job_id, speech(3.0), 10.0, replay=replay)
+        s.on_done(first.job_id, 10.0)
+        drain(s, 10.0)
+        wake = s.wakeup_at(10.0)
+        play_end = 10.0 + 3.0 - 0.008
+        expected = play_end - 0.1 - COST.latency(42) - still_late
+        assert wake is not None and wake == pytest.approx(expected, abs=0.001), replay
+
+
 def test_a_slower_engine_cuts_sooner() -> None:
     """The compute worker's cost model reaches the session: the same text, a costlier engine,
     an earlier cut."""

@@ -189,8 +189,8 @@ class SessionDriver:
         self.refresh()
         session, now = self.session, self.now()
         match event:
-            case JobAudio(audio=audio):
-                session.on_audio(job_id, audio, now)
+            case JobAudio(audio=audio, replay=replay):
+                session.on_audio(job_id, audio, now, replay)
             case JobText(text=text):
                 session.on_text(job_id, text, now)
             case JobWords(starts=starts):

@@ -52,12 +52,9 @@ class ServerConfig:
     mode, whose language model is bound to one thread. One per core by default: on a CPU,
     inferences side by side do more than one spread over all the cores, and one that runs
     alone still gets them all."""
-    phrase_cache_seconds: float = 0.0
+    phrase_cache_seconds: float = 120.0
     """Seconds of audio of turns' first segments kept to give again at once (a reply's
-    openers: ``compute/phrases.py``); 0, the default: none. Off until a replay stops moving
-    the session's pacing: its first audio at once made the session look calm, and a Kokoro
-    turn's next segment was then rendered with its trailing silence, where the same turn
-    computed had it cropped (the same text twice over Wyoming gave different audio)."""
+    openers: ``compute/phrases.py``); 0: none."""
     socket_send_buffer: int = 128 * 1024
     """Kernel send buffer per socket. Small, so a slow reader's backlog stays in our bounded
     queue (where barge-in can drop it) rather than in seconds of unretractable kernel buffer."""

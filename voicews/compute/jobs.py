@@ -23,6 +23,8 @@ before its jobs wait (about a long sentence, so a barge-in now and then costs no
 @dataclass(frozen=True, slots=True)
 class JobAudio:
     audio: Audio
+    replay: bool = False
+    """Given again from the phrase cache (``phrases``): it tells nothing of the compute."""
 
 
 @dataclass(frozen=True, slots=True)

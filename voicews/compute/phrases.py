@@ -52,7 +52,7 @@ class PhraseCache:
                 return None
             self._kept.move_to_end(key)
             self.hits += 1
-        return [copied(event) for event in events]
+        return [copied(event, replay=True) for event in events]
 
     def put(self, key: Key, events: list[JobEvent]) -> None:
         """A synthesis of ``key`` gave ``events`` (audio and word starts) and ended."""
@@ -73,6 +73,6 @@ class PhraseCache:
         return len(self._kept)
 
 
-def copied(event: JobEvent) -> JobEvent:
+def copied(event: JobEvent, replay: bool = False) -> JobEvent:
     """``event``, its audio copied: the session's stitcher may fade a chunk in place."""
-    return JobAudio(event.audio.copy()) if isinstance(event, JobAudio) else event
+    return JobAudio(event.audio.copy(), replay) if isinstance(event, JobAudio) else event

@@ -112,13 +112,17 @@ class TurnPipeline:
 
     # --- results from the compute worker --------------------------------------------------
 
-    def on_audio(self, job_id: int, audio: Audio, now: float) -> None:
+    def on_audio(self, job_id: int, audio: Audio, now: float, replay: bool = False) -> None:
+        """A replay's first audio teaches the pacing nothing: it came at once, for no compute,
+        and a session that took it for calm compute would make its next segments otherwise
+        (how they end) than the same turn computed."""
         if (job := self._synthesis(job_id)) is None:
             return
         if not job.sounded:
             job.sounded = True
-            spoken = spoken_length(job.segment.text)
-            self._shared.pacing.observe(now - job.submitted_at, spoken, job.expected_wait)
+            if not replay:
+                spoken = spoken_length(job.segment.text)
+                self._shared.pacing.observe(now - job.submitted_at, spoken, job.expected_wait)
         job.samples += audio.size
         if job.trial:
             job.held.append(audio)

@@ -186,9 +186,10 @@ class Session:
 
     # --- results from the compute worker --------------------------------------------------
 
-    def on_audio(self, job_id: int, audio: Audio, now: float) -> None:
+    def on_audio(self, job_id: int, audio: Audio, now: float, replay: bool = False) -> None:
+        """``replay``: given again from the worker's phrase cache, at once."""
         if (pipeline := self._contexts.running(job_id)) is not None:
-            pipeline.on_audio(job_id, audio, now)
+            pipeline.on_audio(job_id, audio, now, replay)
 
     def on_words(self, job_id: int, starts: Sequence[int]) -> None:
         if (pipeline := self._contexts.running(job_id)) is not None:
