@@ -1,5 +1,5 @@
-"""Piper's decoder with its first two stages in int8, and its front's flow in int8, each made
-once from the voice's float graph.
+"""Piper's decoder with its first two stages in int8, and its front (text encoder and flow) in
+int8, each made once from the voice's float graph.
 
 The decoder (a HiFi-GAN) is most of a synthesis's compute, and most of that is the convolutions
 of its residual blocks. Those of the 128- and 64-channel stages are quantized statically: int8
@@ -10,10 +10,10 @@ float decoder's over 20 held-out sentences. The 32-channel stage, and the first 
 convolutions, stay in float: quantized, their noise floor cost OVRL 0.2-0.5 (``python -m bench
 piper_int8``).
 
-The front (phoneme ids to latent frames) was then about 40% of a synthesis, half of it the
-flow: its convolutions in int8 too cut the front by 40% with the same Whisper WER and DNSMOS
-(``python -m bench piper_int8 --front``); the text encoder and the duration predictor stay in
-float (:data:`FRONT_QUANTIZED`). ``VOICEWS_PIPER_FLOAT=1`` keeps both in
+The front (phoneme ids to latent frames) was then about 40% of a synthesis: the text encoder's
+and the flow's convolutions, in int8 too, cut it by more than half with the same Whisper WER and
+DNSMOS (``python -m bench piper_int8 --front``); the duration predictor stays in float, as
+quantized it moved the durations most for least time. ``VOICEWS_PIPER_FLOAT=1`` keeps both in
 float.
 """
 
@@ -29,9 +29,9 @@ import numpy as np
 
 from ..cache import cache_dir, file_key
 
-FORMAT_VERSION = 3
+FORMAT_VERSION = 2
 """Bump when the quantization changes, so a stale graph is made again (2: the decoder's ranges
-are measured on the latents of the int8 front, which it decodes; 3: the front's flow alone)."""
+are measured on the latents of the int8 front, which it decodes)."""
 
 FLOAT_ENV = "VOICEWS_PIPER_FLOAT"
 
@@ -43,10 +43,8 @@ noise floor in the quiet (DNSMOS OVRL 3.26 against 3.28; 24 frames: 3.29 but the
 
 QUANTIZED = re.compile(r"^/dec/resblocks\.[0-5]/")
 """The convolutions quantized: the residual blocks of the first two stages."""
-FRONT_QUANTIZED = re.compile(r"^/flow/")
-"""The front's convolutions quantized: the flow's. The text encoder's too took the front from
-60 to 43 ms on a long sentence, but a long input then left 39-55 MiB more in the process on a
-busy machine (the flow's alone: 1-8 MiB, as before; ``tests/test_attacks.py``'s 32.4)."""
+FRONT_QUANTIZED = re.compile(r"^/(enc_p|flow)/")
+"""The front's convolutions quantized: the text encoder's and the flow's."""
 
 CALIBRATION = (
     "Good morning, how can I help you today?",
