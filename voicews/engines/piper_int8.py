@@ -76,28 +76,29 @@ def float_wanted() -> bool:
 def int8_decoder(decoder: Path, latents: Callable[[str], Sequence[np.ndarray]]) -> Path:
     """``decoder`` quantized, made once into the cache (6 s on one busy core): ``latents``
     gives a text's latent frames (batch, channels, frames), one array per inference."""
-    return _made_once(decoder, lambda out: quantize(decoder, calibration(latents), out))
-
-
-def int8_front(front: Path, feeds: Callable[[str], Sequence[dict[str, np.ndarray]]]) -> Path:
-    """``front`` (phoneme ids to latents) with :data:`FRONT_QUANTIZED` in int8, made once into
-    the cache: ``feeds`` gives a text's inputs to it, one per inference."""
-
-    def make(out: Path) -> None:
-        quantize_front(front, [f for text in CALIBRATION for f in feeds(text)], out)
-
-    return _made_once(front, make)
-
-
-def _made_once(model: Path, make: Callable[[Path], None]) -> Path:
-    """The int8 graph of ``model`` in the cache, written by ``make`` there the first time."""
-    out = cache_dir() / "piper-int8" / f"{model.stem}-{file_key(model)}-v{FORMAT_VERSION}.onnx"
+    out = cache_dir() / "piper-int8" / f"{decoder.stem}-{file_key(decoder)}-v{FORMAT_VERSION}.onnx"
     if out.is_file():
         return out
     tmp = out.with_name(f"{out.name}.tmp{os.getpid()}")
     out.parent.mkdir(parents=True, exist_ok=True)
     try:
-        make(tmp)
+        quantize(decoder, calibration(latents), tmp)
+        os.replace(tmp, out)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return out
+
+
+def int8_front(front: Path, feeds: Callable[[str], Sequence[dict[str, np.ndarray]]]) -> Path:
+    """``front`` (phoneme ids to latents) with :data:`FRONT_QUANTIZED` in int8, made once into
+    the cache: ``feeds`` gives a text's inputs to it, one per inference."""
+    out = cache_dir() / "piper-int8" / f"{front.stem}-{file_key(front)}-v{FORMAT_VERSION}.onnx"
+    if out.is_file():
+        return out
+    tmp = out.with_name(f"{out.name}.tmp{os.getpid()}")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        quantize_front(front, [f for text in CALIBRATION for f in feeds(text)], tmp)
         os.replace(tmp, out)
     finally:
         tmp.unlink(missing_ok=True)
