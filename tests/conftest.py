@@ -63,10 +63,13 @@ class Resources:
 
     heap: int
     rss: int
-    fds: int
     tasks: int
     threads: int
-    descriptors: tuple[str, ...] = ()
+    descriptors: tuple[str, ...]
+
+    @property
+    def fds(self) -> int:
+        return len(self.descriptors)
 
     def opened_since(self, earlier: Resources) -> list[str]:
         """Descriptors open now that were not open at ``earlier``: what a leak leaves. One
@@ -107,10 +110,9 @@ def resources() -> Resources:
     return Resources(
         heap=tracemalloc.get_traced_memory()[0] if tracemalloc.is_tracing() else 0,
         rss=rss,
-        fds=len(descriptors),
         tasks=len(asyncio.all_tasks()),
         threads=threading.active_count(),
-        descriptors=descriptors,
+        descriptors=tuple(descriptors),
     )
 
 
