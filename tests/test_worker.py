@@ -9,6 +9,7 @@ Piper engine on two lanes, for what only it has: espeak-ng's shared state.
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -17,6 +18,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pytest
 
+from voicews import heap
 from voicews.audio import Audio
 from voicews.compute.execution import ComputeWorker
 from voicews.compute.jobs import (
@@ -627,6 +629,49 @@ def test_an_engine_that_cannot_run_concurrently_gets_one_lane() -> None:
     assert worker.stats.lanes == 1
     with pytest.raises(ValueError, match="at least 1"):
         ComputeWorker(Costed, lanes=0)
+
+
+# --- the C heap, given back when the worker falls idle ----------------------------------------
+
+
+def fragment(kept: list[np.ndarray]) -> None:
+    """Leave 40 MiB free inside the C heap, as a long input's inferences do: 400 buffers of
+    100 KiB (below glibc's mmap threshold), all freed but the last, which holds the top of
+    the heap, where alone glibc would shrink it."""
+    buffers = [np.ones(100 * 1024, dtype=np.uint8) for _ in range(400)]
+    kept.append(buffers[-1])
+
+
+def rss() -> int:
+    with open("/proc/self/statm") as statm:
+        return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def test_a_trim_gives_back_what_was_freed_inside_the_heap() -> None:
+    kept: list[np.ndarray] = []
+    heap.trim()
+    before = rss()
+    fragment(kept)
+    left = rss() - before
+    heap.trim()
+    assert left > 30 * 2**20 > 8 * 2**20 > rss() - before
+
+
+def test_the_worker_trims_the_heap_once_it_falls_idle(
+    worker: ComputeWorker, engine: Costed
+) -> None:
+    kept: list[np.ndarray] = []
+    engine.gates["fragmenting"] = lambda: fragment(kept)
+    rec = Recorder()
+    heap.trim()
+    before = rss()
+    worker.submit(rec.speak("a", "one fragmenting job"))
+    rec.wait(1)
+    deadline = time.monotonic() + WAIT
+    while rss() - before > 8 * 2**20:
+        assert time.monotonic() < deadline, f"RSS +{(rss() - before) / 2**20:.0f} MiB kept"
+        time.sleep(0.01)
+    assert kept
 
 
 # --- the real engine on two lanes --------------------------------------------------------------

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ctypes
 import os
 import socket
 from collections.abc import Iterator
@@ -19,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import uvicorn
 
-from . import logs
+from . import heap, logs
 from .access import AccessPolicy, own_origins
 from .agent.server import AgentBackend
 from .app import AppConfig, VoicewsApp
@@ -91,24 +90,6 @@ class ServerConfig:
     the same sessions and worker (``voicews.dialects.wyoming``; needs the ``wyoming`` package)."""
 
 
-MMAP_THRESHOLD = 1 << 20
-"""Buffers this large or larger are mapped on their own by glibc's malloc (``mallopt``):
-onnxruntime's arena regions past its first, and long audio. With 256 KiB memory came back
-as well, at more system calls; with 4 MiB, 47 MiB stayed (one run each)."""
-
-
-def give_back_freed_memory() -> None:
-    """Make glibc map every buffer of ``MMAP_THRESHOLD`` or more on its own, so that freeing
-    it gives it back to the system. By default the threshold rises to the largest buffer
-    freed so far (up to 32 MiB), and from then on such buffers come from heaps that shrink
-    only from their top: the session-abuse family left 122-126 MiB that way (and 290 MiB
-    once onnxruntime's arena gave its regions back to glibc), kept with no client connected;
-    with this, 4 MiB. Nothing where the C library is not glibc."""
-    m_mmap_threshold = -3
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL("libc.so.6").mallopt(m_mmap_threshold, MMAP_THRESHOLD)
-
-
 class _Embedded(uvicorn.Server):
     """uvicorn without its own signal handlers: the service decides how to shut down."""
 
@@ -136,7 +117,7 @@ class VoicewsServer:
 
     async def start(self) -> None:
         logs.redact_secrets()
-        give_back_freed_memory()
+        heap.map_large_buffers()
         await asyncio.to_thread(self.worker.start)
         voices = engine_voices(self.config.engine, self.config.voice)
         session = replace(self.config.session, voices=voices)

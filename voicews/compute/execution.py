@@ -13,6 +13,7 @@ import threading
 import time
 from collections.abc import Callable
 
+from .. import heap
 from ..core.cost import DEFAULT_PRIOR, PRIORS, Cost, CostModel
 from ..core.pacing import Load
 from ..engines.base import (
@@ -82,6 +83,8 @@ class ComputeWorker:
         self._phrase_seconds = phrase_seconds
         self.phrases = PhraseCache(0)
         self._sounding: Callable[[SynthesisOptions], SynthesisOptions] = lambda options: options
+        self._worked = False
+        """Some work was done since the heap was last trimmed (``heap.trim``)."""
 
     def start(self) -> None:
         """Start the first lane, wait until it has built the engine, then the others."""
@@ -195,7 +198,8 @@ class ComputeWorker:
 
     def _take(self) -> tuple[Job | None, list[Job]]:
         """With the lock held: the job due first that may start now, or None and the
-        cancelled jobs to close; when stopping, None and every job this lane may close (a
+        cancelled jobs to close; None and nothing when the worker has just fallen idle, for
+        this lane to trim the heap; when stopping, None and every job this lane may close (a
         generation's generator dropped with the worker would be finalized on another thread,
         where MLX's stream context fails)."""
         lane = threading.get_ident()
@@ -203,6 +207,9 @@ class ComputeWorker:
             job, dropped = self._plan.take(lane, self._clock())
             if job is not None or dropped:
                 return job, dropped
+            if self._worked and not self._plan.running and not self._plan.queued:
+                self._worked = False
+                return None, []
             self._cond.wait()
         return None, self._plan.drain(lane)
 
@@ -215,6 +222,8 @@ class ComputeWorker:
             if job is None:
                 if self._stopping:
                     return
+                if not dropped:
+                    heap.trim()  # outside the lock: a submit never waits for it
                 continue
             started = self._clock()
             more, audio_seconds = self._step(engine, job)
@@ -242,6 +251,7 @@ class ComputeWorker:
                 self.stats.sounded(ended, late=in_time and ended > job.deadline)
         with self._cond:
             self._plan.stepped(job, ended, lane_seconds, audio_seconds, first_audio, more)
+            self._worked = True
             self._cond.notify_all()  # a lane that waited for this one, or for the job
 
     def _step(self, engine: Engine, job: Job) -> tuple[bool, float]:

@@ -207,7 +207,7 @@ def _shrinking() -> RunOptions:
     """Run options that give the shared arena's free regions back after each inference: it
     otherwise keeps the peak of the largest one for good (a long input's inferences grew the
     server by 126 MiB, kept with no client left). Given back to glibc, they leave the process
-    only as buffers mapped on their own (``voicews.server.give_back_freed_memory``)."""
+    only as buffers mapped on their own (``voicews.heap.map_large_buffers``)."""
     import onnxruntime
 
     options = onnxruntime.RunOptions()
