@@ -3,7 +3,7 @@
 N conversations go through the real sans-I/O ``Session`` (segmenter, pacing, stitcher, outbox)
 as ``capacity.py`` runs them (a burst: all in the same instant, no jitter buffer; staggered:
 several turns each, a 100 ms jitter buffer), but the engine is a cost model (``--engine``: Piper
-on this voice measured on one idle core, 5 ms + 71 ms per second of audio; or Kokoro, see
+on this voice measured on one idle core, 5 ms + 58 ms per second of audio; or Kokoro, see
 ``ENGINES``; either speaking about 0.058 s of audio per character plus 0.15 s per sentence) and
 time is simulated, so a run is deterministic and a scheduling policy can be compared with
 another where the shared machine is too noisy to tell.
@@ -64,7 +64,10 @@ RATE = 22050
 SECONDS_PER_CHAR = 0.058
 SECONDS_PER_SENTENCE = 0.15
 COST_FIXED = 0.005
-COST_PER_AUDIO_SECOND = 0.071
+COST_PER_AUDIO_SECOND = 0.058
+"""Piper with its decoder's first stages and its flow in int8, on one idle core: 0.058 s per
+second of audio over 20 held-out sentences (``bench piper_int8 --front``); 19-28 ms for two
+words, which the 5 ms fixed part overstates a little. The float graphs took 0.071."""
 _SENTENCES = re.compile(r"(?<=[.!?])\s+")
 
 
