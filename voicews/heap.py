@@ -2,8 +2,9 @@
 
 glibc's malloc keeps freed memory for reuse. Its heaps shrink only from their top, so a long
 input's many medium buffers, freed in the middle of a heap, stayed resident with no client
-left: 3-62 MiB after one long input (``test_attacks`` 32.4, six runs), all but 1-3 MiB of it
-given back by ``malloc_trim``. Both functions do nothing where the C library is not glibc.
+left: 3-62 MiB after one long input (``test_attacks`` 32.4, six runs of its module), and
+``malloc_trim`` gave back all but 1-3 MiB of it (three of those runs). Both functions do
+nothing where the C library is not glibc.
 """
 
 from __future__ import annotations
