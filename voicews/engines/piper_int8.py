@@ -45,8 +45,9 @@ QUANTIZED = re.compile(r"^/dec/resblocks\.[0-5]/")
 """The convolutions quantized: the residual blocks of the first two stages."""
 FRONT_QUANTIZED = re.compile(r"^/flow/")
 """The front's convolutions quantized: the flow's. The text encoder's too took the front from
-60 to 43 ms on a long sentence, but the process then held on to up to 45 MiB after a long input
-(the flow's alone: 6-9 MiB, as the float front; ``tests/test_attacks.py``'s 32.4)."""
+60 to 43 ms on a long sentence, but its inferences then left regions of onnxruntime's shared
+arena in use (32-96 MiB after a long input); without the arena that front saved 3-7% of a
+synthesis and nothing on a short one (``docs/engines.md``)."""
 
 CALIBRATION = (
     "Good morning, how can I help you today?",
