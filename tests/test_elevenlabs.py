@@ -45,6 +45,7 @@ from test_integrations_pipecat import (
     TOKENS_PER_S,
     Recorder,
     cancelled_turns,
+    llm_stops,
 )
 
 from conftest import TEST_CONFIG, running, timeout
@@ -219,7 +220,7 @@ async def test_pipecat_elevenlabs_service_two_turns_the_first_interrupted(
         await down.wait_for(lambda: down.of(TTSStartedFrame))
         first = str(down.of(TTSStartedFrame)[0][1].context_id)
         await down.wait_for(lambda: seconds(first) > 1.0)
-        feeding.cancel()
+        await llm_stops(feeding)
         await worker.queue_frame(InterruptionFrame())
         await down.wait_for(lambda: down.of(InterruptionFrame), 5)
         interrupted_at = down.of(InterruptionFrame)[0][0]

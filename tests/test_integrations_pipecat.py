@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import re
 import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from typing import Any
 
 from pipecat.frames.frames import (
     EndFrame,
@@ -123,6 +125,18 @@ async def bot(url: str) -> AsyncIterator[Bot]:
         await asyncio.wait_for(running, timeout(10))
 
 
+async def llm_stops(feeding: asyncio.Task[Any]) -> None:
+    """The LLM stops with the user's barge-in, and what it sent last reaches the TTS service
+    before the interruption does. An interruption is a system frame and overtakes the text
+    frames still on their way: a last piece that reached the service after it stayed in the
+    service's text aggregator and was said with the next reply ("ofIs there anything else",
+    once in a full run)."""
+    feeding.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await feeding
+    await asyncio.sleep(0.1)
+
+
 async def cancelled_turns(server: VoicewsServer) -> float:
     body = (await http_get(server.port, "/metrics"))[2].decode()
     match = re.search(r'^voicews_turns_total\{outcome="cancelled"\} (\S+)$', body, re.M)
@@ -140,7 +154,7 @@ async def test_three_turns_whole_interrupted_whole(server: VoicewsServer) -> Non
         await b.downstream.wait_for(lambda: len(b.downstream.of(TTSStartedFrame)) == 2)
         second = str(b.downstream.of(TTSStartedFrame)[1][1].context_id)
         await b.downstream.wait_for(lambda: b.seconds(second) > 1.0)
-        feeding.cancel()  # the LLM stops with the user's barge-in
+        await llm_stops(feeding)
         await b.worker.queue_frame(InterruptionFrame())
         await b.downstream.wait_for(lambda: b.downstream.of(InterruptionFrame), 5)
         interrupted_at = b.downstream.of(InterruptionFrame)[0][0]  # past the TTS service
