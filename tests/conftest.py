@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ctypes
 import gc
 import os
 import re
@@ -19,6 +18,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 import pytest
 
+from voicews import heap
 from voicews.audio import Audio
 from voicews.client import RealtimeClient
 from voicews.core.config import SessionConfig
@@ -90,19 +90,20 @@ class Resources:
 ARENA_SLACK = 64 * 2**20
 
 
-def _trim_native_heap() -> None:
-    """Give glibc's free pages back to the system, so RSS shows what is held, not what earlier
-    tests' allocations left fragmented (in a full run the soak's RSS stepped 46 then 70 MiB with
-    the Python heap flat, against 7 and 2 MiB run alone)."""
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL("libc.so.6").malloc_trim(0)
+def rss_now() -> int:
+    """Resident bytes as they are: no collection, no trim, so what the allocators keep counts."""
+    with open("/proc/self/statm") as statm:
+        return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
 
 def resources() -> Resources:
+    """What the process holds: collected, and glibc's free pages given back (``heap.trim``),
+    so RSS shows what is held, not what earlier tests' allocations left fragmented (in a full
+    run the soak's RSS stepped 46 then 70 MiB with the Python heap flat, against 7 and 2 MiB
+    run alone)."""
     gc.collect()
-    _trim_native_heap()
-    with open("/proc/self/statm") as f:
-        rss = int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    heap.trim()
+    rss = rss_now()
     descriptors = []
     for fd in os.listdir("/proc/self/fd"):
         with contextlib.suppress(OSError):  # the listing's own, closed by now

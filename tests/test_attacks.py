@@ -23,7 +23,7 @@ from websockets.exceptions import ConnectionClosed
 
 from bench.hostile import clients as hostile
 from bench.hostile.clients import alongside
-from conftest import TEST_CONFIG, http_get, resources, running, timeout
+from conftest import TEST_CONFIG, http_get, resources, rss_now, running, timeout
 from voicews.client import RealtimeClient
 from voicews.encoding import RESPONSE_FORMATS
 from voicews.errors import ErrorCode
@@ -461,12 +461,6 @@ async def test_long_tokens_cost_what_ordinary_text_costs() -> None:
 
 
 # --- 32.4: memory given back -----------------------------------------------------------------
-
-
-def rss_now() -> int:
-    """Resident bytes as they are: no collection, no trim, so what the allocators keep counts."""
-    with open("/proc/self/statm") as statm:
-        return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
 
 async def test_memory_a_long_input_takes_is_given_back_once_it_is_spoken() -> None:

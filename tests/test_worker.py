@@ -9,7 +9,6 @@ Piper engine on two lanes, for what only it has: espeak-ng's shared state.
 
 from __future__ import annotations
 
-import os
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -18,6 +17,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pytest
 
+from conftest import rss_now
 from voicews import heap
 from voicews.audio import Audio
 from voicews.compute.execution import ComputeWorker
@@ -642,19 +642,14 @@ def fragment(kept: list[np.ndarray]) -> None:
     kept.append(buffers[-1])
 
 
-def rss() -> int:
-    with open("/proc/self/statm") as statm:
-        return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-
-
 def test_a_trim_gives_back_what_was_freed_inside_the_heap() -> None:
     kept: list[np.ndarray] = []
     heap.trim()
-    before = rss()
+    before = rss_now()
     fragment(kept)
-    left = rss() - before
+    left = rss_now() - before
     heap.trim()
-    assert left > 30 * 2**20 > 8 * 2**20 > rss() - before
+    assert left > 30 * 2**20 > 8 * 2**20 > rss_now() - before
 
 
 def test_the_worker_trims_the_heap_once_it_falls_idle(
@@ -664,12 +659,12 @@ def test_the_worker_trims_the_heap_once_it_falls_idle(
     engine.gates["fragmenting"] = lambda: fragment(kept)
     rec = Recorder()
     heap.trim()
-    before = rss()
+    before = rss_now()
     worker.submit(rec.speak("a", "one fragmenting job"))
     rec.wait(1)
     deadline = time.monotonic() + WAIT
-    while rss() - before > 8 * 2**20:
-        assert time.monotonic() < deadline, f"RSS +{(rss() - before) / 2**20:.0f} MiB kept"
+    while rss_now() - before > 8 * 2**20:
+        assert time.monotonic() < deadline, f"RSS +{(rss_now() - before) / 2**20:.0f} MiB kept"
         time.sleep(0.01)
     assert kept
 
