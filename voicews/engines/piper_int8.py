@@ -13,7 +13,7 @@ piper_int8``).
 The front (phoneme ids to latent frames) was then about 40% of a synthesis, half of it the
 flow: its convolutions in int8 too cut the front by 40% with the same Whisper WER and DNSMOS
 (``python -m bench piper_int8 --front``); the text encoder and the duration predictor stay in
-float (:data:`FRONT_QUANTIZED`). ``VOICEWS_PIPER_FLOAT=1`` keeps both in
+float (:data:`FRONT_QUANTIZED`). ``VOICEWS_PIPER_FLOAT=1`` keeps the decoder and the front in
 float.
 """
 
