@@ -10,7 +10,13 @@ import pytest
 
 from bench.harness.connections import Turn
 from bench.listening.endings import Reference, end_pairs
-from bench.listening.figures import EndPair, Intonation, Listening, heard_stall_ms
+from bench.listening.figures import (
+    EndPair,
+    Intonation,
+    Listening,
+    heard_stall_ms,
+    segment_margins_ms,
+)
 from bench.listening.phrasing import (
     char_deltas,
     median_words,
@@ -77,6 +83,14 @@ def test_a_reply_pooled_with_others() -> None:
     assert s.words_per_segment == 2  # 1, 3, 1, 2 and 2, 1, 3
     # "that | for you" (heard as leading on, as in "that the"), "two | three", "three | four".
     assert (s.split_phrases, s.cuts) == (3, 5)
+
+
+def test_a_segment_margin_is_the_audio_left_when_it_began_to_arrive() -> None:
+    # Segments start at samples 0, 300 (mid-frame: with the frame at 0.15, 50 ms before the
+    # audio ran out at 0.2) and 400 (at 0.4: the audio ran out at 0.35, 50 ms of silence).
+    heard = turn([(0.0, 200), (0.15, 150), (0.4, 100)], ["a", "b", "c"])
+    heard.segment_starts = [0, 300, 400]
+    assert segment_margins_ms(heard) == pytest.approx([50.0, -50.0])
 
 
 # --- phrasing -----------------------------------------------------------------------------------

@@ -194,6 +194,15 @@ def test_a_busy_worker_caps_later_segments_at_what_it_computes_within_a_busy_job
     assert pacing.busy_cap is None
 
 
+def test_a_crowded_worker_caps_later_segments_however_calm_its_queue() -> None:
+    piper = Cost(fixed=0.05, per_char=0.004)
+    pacing = paced(cost=piper)
+    pacing.engine(Load(cost=piper, wait=0.0, crowded=True))  # nothing waits, many listen
+    assert pacing.calm and pacing.busy_cap == piper.chars_within(BUSY_JOB)
+    pacing.engine(Load(cost=piper, wait=0.0))
+    assert pacing.busy_cap is None
+
+
 def test_the_next_words_wait_counts_what_of_it_is_in_hand_while_calm() -> None:
     """At 10 tokens a second "Your new | password | needs": "nee" was in hand, yet the wait for
     "needs" was counted as a whole word's, and "password" went alone. Busy, the whole word's

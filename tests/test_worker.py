@@ -503,6 +503,24 @@ def test_a_pinned_job_is_taken_and_closed_only_by_the_lane_that_started_it() -> 
     assert plan.queue == [reply]
 
 
+def test_crowded_while_more_listeners_have_audio_in_hand_than_the_worker_has_lanes() -> None:
+    """Each step's compute is charged to its account as the audio it is worth: a listener has
+    audio in hand until its clock; the worker is crowded while more have than it has lanes."""
+    plan = Planner()
+    plan.lanes = 2
+    plan.cost_per_audio_second = 0.05
+    rec = Recorder()
+    accounts = [Account() for _ in range(3)]
+    for index, account in enumerate(accounts):  # 0.05 s of compute: a second of audio each
+        job = rec.job(f"s{index}", synthesis("a", SynthesisOptions()), account=account)
+        plan.add(job, 0.0)
+        plan.take(0, 0.0)
+        plan.stepped(job, 1.0 + index, 0.05, 1.0, first_audio=False, more=False)
+    assert (plan.listeners(1.5), plan.load(1.5).crowded) == (3, True)
+    assert (plan.listeners(2.5), plan.load(2.5).crowded) == (2, False)  # the first has heard all
+    assert plan.listeners(4.0) == 0
+
+
 def test_a_cheap_segment_of_a_playing_listener_goes_before_a_late_first_segment() -> None:
     """The job due first runs next; but a turn's first segment already past its due time
     yields to a listener's next segment whose latest start has come, where that one is cheap

@@ -56,7 +56,7 @@ def alone_table(alone: dict[tuple[str, float], Listening], buffer_ms: float) -> 
     header = [
         "rate", "server", "first audio p50/p95", "stall med/worst",
         f"with {buffer_ms:.0f} ms buffer", f"stalled >{STALL_MS:.0f}", "1-word mid",
-        "split phrase", "words/seg", "segs/reply",
+        "split phrase", "words/seg", "segs/reply", "margin p5",
     ]  # fmt: skip
     rows = []
     for (server, rate), s in alone.items():
@@ -75,6 +75,7 @@ def cells(s: Listening) -> list[str]:
         f"{s.split_phrases}/{s.cuts}",
         fmt(s.words_per_segment, ".1f"),
         fmt(s.segments_med, ".0f"),
+        fmt(s.margin_p5_ms),
     ]
 
 
@@ -82,6 +83,7 @@ def burst_table(bursts: dict[str, Listening], buffer_ms: float) -> str:
     header = [
         "server", "first audio p50/p95", "stall med/worst", f"with {buffer_ms:.0f} ms buffer",
         f"stalled >{STALL_MS:.0f}", "1-word mid", "split phrase", "words/seg", "segs/reply",
+        "margin p5",
     ]  # fmt: skip
     return render(header, [[name, *cells(s)] for name, s in bursts.items()])
 
@@ -249,7 +251,8 @@ def report(
         f"Stall: all the silence in a reply after its first audio (no buffer), median and "
         f"worst reply; 1-word mid: mid-reply segments of one word / mid-reply segments; "
         f"split phrase: cuts after a word that leads into the next ('near', 'should', "
-        f"'twelve') / cuts. "
+        f"'twelve') / cuts; margin p5: the audio left when a segment (not a reply's first) "
+        f"began to arrive, its 5th percentile over all of them (ms, below 0 a gap). "
         f"wyoming-piper's segments: its sentences (audio-start events)"
     )
     table = {

@@ -25,6 +25,24 @@ def heard_stall_ms(turn: Turn, buffer_s: float = 0.0) -> float:
     return turn.replay(buffer_s).underrun_ms
 
 
+def segment_margins_ms(turn: Turn) -> list[float]:
+    """Each segment's margin but the first's: the audio a listener without a buffer had left
+    when the segment's first sample arrived (negative: the silence before it). A stall is rare;
+    this says how close each segment came to one, so an A/B of a few bursts can tell risk from
+    luck."""
+    starts = iter(turn.segment_starts[1:])
+    start = next(starts, None)
+    margins: list[float] = []
+    dry, played = None, 0
+    for at, samples in zip(turn.arrival_s, turn.arrival_samples, strict=True):
+        dry = at if dry is None else dry
+        while start is not None and start < played + samples:
+            margins.append((dry - at) * 1000)
+            start = next(starts, None)
+        dry, played = max(dry, at) + samples / turn.sample_rate, played + samples
+    return margins
+
+
 @dataclass(frozen=True, slots=True)
 class Listening:
     """One server's replies at one token rate (or one burst), pooled."""
@@ -48,6 +66,8 @@ class Listening:
     cuts: int
     words_per_segment: float
     segments_med: float
+    margin_p5_ms: float
+    """The 5th percentile of the segments' margins (``segment_margins_ms``), all pooled."""
 
     @classmethod
     def of(cls, turns: Sequence[Turn], buffer_s: float) -> Listening:
@@ -73,6 +93,7 @@ class Listening:
             cuts=sum(cuts for _, cuts in splits),
             words_per_segment=median_words([t.segments for t in good]),
             segments_med=median([float(len(t.segments)) for t in good]),
+            margin_p5_ms=percentile([m for t in good for m in segment_margins_ms(t)], 5),
         )
 
     @property

@@ -24,7 +24,7 @@ from collections.abc import Iterable, Sequence
 
 from ..core.cost import DEFAULT_PRIOR, Cost, CostModel
 from ..core.pacing import Load, Queue, waits
-from .jobs import ALLOWANCE, FIRST_AUDIO_TARGET, Job
+from .jobs import ALLOWANCE, FIRST_AUDIO_TARGET, Account, Job
 
 PLAYING_JOB = 0.1
 """Seconds of compute to its first audio under which a segment whose listener is already
@@ -91,6 +91,8 @@ class Planner:
         """Lane-seconds of compute per second of audio, as measured (an estimate at first)."""
         self._wait = 0.0
         self._wait_at = 0.0
+        self._listening: set[Account] = set()
+        self._next_quiet = math.inf  # the soonest a listener may have heard all it was given
 
     def add(self, job: Job, now: float) -> None:
         job._submitted = now
@@ -104,7 +106,16 @@ class Planner:
         cost = self.costs.estimate(now)
         queue = queued_compute(self.queue, cost, self.lanes, now)
         backlog = waits(queue, FIRST_AUDIO_TARGET)
-        return Load(self.waited(now), cost, self._idle(), backlog, queue)
+        crowded = self.listeners(now) > self.lanes
+        return Load(self.waited(now), cost, self._idle(), backlog, queue, crowded)
+
+    def listeners(self, now: float) -> int:
+        """Accounts whose listeners still have audio in hand that this worker computed (their
+        clocks ahead of ``now``): as many segments can come due at any moment."""
+        if now >= self._next_quiet:
+            self._listening = {account for account in self._listening if account.clock > now}
+            self._next_quiet = min((a.clock for a in self._listening), default=math.inf)
+        return len(self._listening)
 
     def _idle(self) -> bool:
         """A job submitted now would start at once: a lane is free and nothing waits."""
@@ -172,6 +183,8 @@ class Planner:
             job.gave(ended, audio_seconds)
         if job.account is not None:
             job.account.charge(ended, lane_seconds / self.cost_per_audio_second)
+            self._listening.add(job.account)
+            self._next_quiet = min(self._next_quiet, job.account.clock)
         if more:
             job.deadline += job.deadline_step
             self.queue.append(job)

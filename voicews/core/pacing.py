@@ -87,6 +87,9 @@ class Load:
     due first runs next), not for what segments waited lately: sessions that counted the
     waits of segments due long after theirs all ran short at once, cut their shortest
     pieces together and made the queue longer still."""
+    crowded: bool = False
+    """More listeners hear audio the worker computed than it has lanes (``Planner.listeners``):
+    however calm the queue is now, their next segments may all come due at once."""
 
 
 class Pacing:
@@ -100,6 +103,7 @@ class Pacing:
         self._idle = False
         self._backlog = 0.0
         self._queue: Queue = ()
+        self._crowded = False
         self._late = 0.0
         self._audio_per_char = 1 / _CHARS_PER_SECOND
         self._arrival = Arrival()
@@ -110,7 +114,7 @@ class Pacing:
         segment asked for would start at once), the backlog a first segment asked for now
         would wait, and the queue a later segment waits in, as far as it is due before it."""
         self._cost, self._wait, self._idle = load.cost, load.wait, load.idle
-        self._backlog, self._queue = load.backlog, load.queue
+        self._backlog, self._queue, self._crowded = load.backlog, load.queue, load.crowded
 
     def observe(self, seconds: float, chars: int, expected_wait: float = 0.0) -> None:
         """A segment of ``chars`` gave its first audio ``seconds`` after it was asked for, when
@@ -183,10 +187,14 @@ class Pacing:
 
     @property
     def busy_cap(self) -> int | None:
-        """While segments wait for the worker (not ``calm``), the longest a later segment
-        should be, spoken: what the engine computes within ``BUSY_JOB`` seconds. None when
-        calm, or where that is not a phrase (an engine whose every call costs more)."""
-        if self.calm:
+        """While segments wait for the worker (not ``calm``), or more listeners share it than
+        it has lanes (``Load.crowded``), the longest a later segment should be, spoken: what
+        the engine computes within ``BUSY_JOB`` seconds. None when calm and not crowded, or
+        where that is not a phrase (an engine whose every call costs more). Crowded counts
+        while the queue is calm: a burst's conversations end their texts together, and a
+        reply's last 130 characters, cut whole in a calm moment, came 254 ms late as the
+        others' tails came due with it (``python -m bench continuity --burst 16``)."""
+        if self.calm and not self._crowded:
             return None
         chars = self._cost.chars_within(BUSY_JOB)
         return chars if chars >= BUSY_LEAST else None
