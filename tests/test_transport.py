@@ -36,13 +36,24 @@ async def test_accepted_connections_send_at_once_with_small_buffers() -> None:
 def test_waiting_connections_come_out_longest_waiting_first_per_address_too() -> None:
     waiting = Waiting()
     a1, b1, a2 = (object() for _ in range(3))
-    for connection, address in [(a1, "a"), (b1, "b"), (a2, "a")]:
-        waiting.add(connection, address)  # type: ignore[arg-type]
-    assert (len(waiting), waiting.count("a"), waiting.count("c")) == (3, 2, 0)
+    for at, (connection, address) in enumerate([(a1, "a"), (b1, "b"), (a2, "a")]):
+        waiting.add(connection, address, float(at))  # type: ignore[arg-type]
+    assert len(waiting) == 3
     assert (waiting.longest(), waiting.longest("a"), waiting.longest("b")) == (a1, a1, b1)
     waiting.discard(a1)  # type: ignore[arg-type]
-    waiting.add(b1, "b")  # type: ignore[arg-type]  # waiting again, from now
+    waiting.add(b1, "b", 3.0)  # type: ignore[arg-type]  # waiting again, from now
     assert (waiting.longest(), waiting.longest("a"), waiting.longest("c")) == (a2, a2, None)
     for connection in (a2, b1, b1):
         waiting.discard(connection)  # type: ignore[arg-type]
-    assert (len(waiting), waiting.count("a"), waiting.longest()) == (0, 0, None)
+    assert (len(waiting), waiting.longest()) == (0, None)
+
+
+def test_a_connection_holds_its_addresss_share_once_it_has_waited_a_second() -> None:
+    waiting = Waiting()
+    a1, a2, a3 = (object() for _ in range(3))
+    for connection, since in [(a1, 0.0), (a2, 0.5), (a3, 1.2)]:
+        waiting.add(connection, "a", since)  # type: ignore[arg-type]
+    assert waiting.holding("a", 0.9) == 0  # a burst's handshakes, not yet read
+    assert waiting.holding("a", 1.0) == 1
+    assert waiting.holding("a", 2.2) == 3
+    assert waiting.holding("b", 9.0) == 0

@@ -117,8 +117,8 @@ def parser() -> argparse.ArgumentParser:
         "--max-waiting-per-address",
         type=int,
         default=DEFAULTS.max_waiting_per_address,
-        help="connections from one client address still waiting for their request head; one "
-        "more closes that address's longest waiting (503)",
+        help="connections from one client address still waiting for their request head after "
+        "a second; one more closes that address's longest waiting (503)",
     )
     serve.add_argument(
         "--agent-model",

@@ -77,9 +77,10 @@ class ServerConfig:
     slot. Past it a new connection evicts the one waiting longest for its request head (503);
     if none is waiting, the new one gets 503 and is closed."""
     max_waiting_per_address: int = 16
-    """Connections from one client address still waiting for their request head; one more
-    evicts that address's longest waiting (503). A client's own handshake takes milliseconds,
-    so this binds only connections that hold on without finishing theirs."""
+    """Connections from one client address still waiting for their request head after a
+    second (``transport.HOLDING``); one more evicts that address's longest waiting (503). A
+    client's own handshake takes milliseconds, so this binds only connections that hold on
+    without finishing theirs, not a burst of sessions opened at once."""
     session: SessionConfig = field(default_factory=SessionConfig)
     access: AccessPolicy = field(default_factory=AccessPolicy)
     agent_model: str | None = None

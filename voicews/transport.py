@@ -7,7 +7,8 @@ the few bounds they lack:
   from the connection's first byte and again after each keep-alive response: silent and
   trickling connections are closed (408) instead of holding a descriptor for ever;
 - at most ``max_waiting_per_address`` connections from one client address wait for their
-  request head at once: one more from that address evicts the longest waiting (503);
+  request head past ``HOLDING`` (a second) at once: one more from that address evicts the
+  longest waiting (503);
 - at most ``max_connections`` connections at once; past that a new one evicts the connection
   that has waited longest for its request head (503), and only when none is waiting is the
   new one refused (503): connections that never finish a request cannot lock others out;
@@ -78,6 +79,13 @@ class TransportPolicy:
     """The HTTP connections waiting for a request head: what a full server evicts."""
 
 
+HOLDING = 1.0
+"""Seconds a connection waits for its request head before it counts against its address's
+share (``max_waiting_per_address``): a client's own handshake takes milliseconds, but a burst
+of them accepted in one go waits its turn to be read, and an orchestrator opening 24
+sessions at once from one address had 8 of them evicted (503) before their heads were read."""
+
+
 class Waiting:
     """Connections waiting for a request head, longest waiting first, also per client address.
 
@@ -87,15 +95,15 @@ class Waiting:
 
     def __init__(self) -> None:
         self._all: dict[StrictH11Protocol, str] = {}  # insertion order: longest waiting first
-        self._by_address: dict[str, dict[StrictH11Protocol, None]] = {}
+        self._by_address: dict[str, dict[StrictH11Protocol, float]] = {}  # since when
 
     def __len__(self) -> int:
         return len(self._all)
 
-    def add(self, connection: StrictH11Protocol, address: str) -> None:
+    def add(self, connection: StrictH11Protocol, address: str, now: float) -> None:
         self.discard(connection)
         self._all[connection] = address
-        self._by_address.setdefault(address, {})[connection] = None
+        self._by_address.setdefault(address, {})[connection] = now
 
     def discard(self, connection: StrictH11Protocol) -> None:
         address = self._all.pop(connection, None)
@@ -106,8 +114,14 @@ class Waiting:
         if not same:
             del self._by_address[address]
 
-    def count(self, address: str) -> int:
-        return len(self._by_address.get(address, ()))
+    def holding(self, address: str, now: float) -> int:
+        """Connections from ``address`` that have waited ``HOLDING`` seconds or more."""
+        count = 0
+        for since in self._by_address.get(address, {}).values():  # longest waiting first
+            if now - since < HOLDING:
+                break
+            count += 1
+        return count
 
     def longest(self, address: str | None = None) -> StrictH11Protocol | None:
         """The connection waiting longest, from ``address`` or from anywhere."""
@@ -147,10 +161,8 @@ class StrictH11Protocol(H11Protocol):
         super().connection_made(transport)  # type: ignore[arg-type]
         policy, address = self.policy, self._address()
         same = policy.waiting.longest(address)
-        if (
-            same is not None
-            and policy.waiting.count(address) >= policy.limits.max_waiting_per_address
-        ):
+        holding = policy.waiting.holding(address, self.loop.time())
+        if same is not None and holding >= policy.limits.max_waiting_per_address:
             self._evict(same)
         elif policy.open_connections() > policy.limits.max_connections:
             oldest = policy.waiting.longest()
@@ -197,7 +209,7 @@ class StrictH11Protocol(H11Protocol):
         self._cancel_head_timer()
         seconds = self.policy.limits.handshake_timeout
         self._head_timer = self.loop.call_later(seconds, self._head_timeout)
-        self.policy.waiting.add(self, self._address())
+        self.policy.waiting.add(self, self._address(), self.loop.time())
 
     def _cancel_head_timer(self) -> None:
         self.policy.waiting.discard(self)
