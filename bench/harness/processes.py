@@ -236,13 +236,15 @@ def servers_under_test(
     baselines: Sequence[Path] = (),
     variants: Sequence[str] = (),
     peer: bool = True,
+    serve_args: Sequence[str] = (),
 ) -> list[ServerProcess]:
     """voicews; the voicews of other checkouts (``voicews@DIR``) and of this one with other
     ``serve`` arguments (``NAME=ARGS``), for A/B runs in the same conditions; the peer last."""
-    out: list[ServerProcess] = [VoicewsProcess(workdir, sessions)]
+    shared = list(serve_args)
+    out: list[ServerProcess] = [VoicewsProcess(workdir, sessions, args=shared)]
     for baseline in baselines:
         name = f"{VoicewsProcess.name}@{baseline.resolve().name}"
-        out.append(VoicewsProcess(workdir, sessions, name, source=baseline))
+        out.append(VoicewsProcess(workdir, sessions, name, source=baseline, args=shared))
     for variant in variants:
         name, _, serve_args = variant.partition("=")
         out.append(VoicewsProcess(workdir, sessions, name, args=shlex.split(serve_args)))

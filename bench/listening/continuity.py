@@ -30,6 +30,7 @@ import asyncio
 import itertools
 import json
 import os
+import shlex
 import tempfile
 import time
 from collections.abc import Sequence
@@ -189,6 +190,13 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         metavar="DIR",
         help="also run the voicews of this checkout (repeatable)",
     )
+    parser.add_argument(
+        "--server-args",
+        type=shlex.split,
+        default=[],
+        metavar="ARGS",
+        help="added to every voicews serve, baselines too (--server-args='--engine kokoro')",
+    )
     parser.add_argument("--json", type=Path, metavar="PATH", help="write every turn here")
     args = parser.parse_args(argv)
     if args.rates is None:
@@ -297,7 +305,9 @@ async def run(args: argparse.Namespace) -> None:
     load0 = os.getloadavg()[0]
     with tempfile.TemporaryDirectory(prefix="voicews-continuity-") as tmp:
         sessions = max(64, args.burst + 8)
-        servers = servers_under_test(Path(tmp), sessions, args.baseline, peer=not args.no_peer)
+        servers = servers_under_test(
+            Path(tmp), sessions, args.baseline, peer=not args.no_peer, serve_args=args.server_args
+        )
         try:
             alone, burst, marks = await measure(args, servers)
         finally:
