@@ -9,7 +9,9 @@ GPU's; ``--conv matmul`` counts the CPU's matmul per tap). Per sentence:
 - by component (ALBERT, duration encoder, durations, F0 and energy, text encoder, decoder),
   each counted alone with its inputs evaluated;
 - through ``MlxKokoroEngine.synthesize``: every evaluation (``mx.eval``, or ``np.array`` of a
-  lazy array: a host round trip) and the operations of its graph.
+  lazy array: a host round trip) and the operations of its graph;
+- the decoder's operations per sentence where 1, 4, 16 or 64 copies of the sentence's first
+  piece are decoded together (``Decoder.batch``, as the compute worker batches sessions).
 
 On MLX's CPU backend ``mx.fast.layer_norm`` is expanded into its parts (one node on a GPU):
 ``gpu graph`` counts each as one. Each checkout runs in its own process (``PYTHONPATH``).
@@ -204,6 +206,40 @@ def by_component(model: Any, text: str) -> dict[str, int]:
     return dict(ops)
 
 
+TOGETHER = (1, 4, 16, 64)
+"""Sentences decoded together (``Decoder.batch``): the decoder's operations per sentence."""
+
+
+def batched_decoder(model: Any, text: str) -> dict[int, int]:
+    """The decoder's operations per sentence for ``text``'s first piece decoded with copies of
+    itself (``TOGETHER``), each layer norm one node; none where the checkout has no batched
+    decoder."""
+    import mlx.core as mx
+
+    from bench.engines.measures import graph_ops
+    from voicews.engines.kokoro.assets import DEFAULT_VOICE, load_voice, style
+    from voicews.engines.kokoro.phonemes import PAD, phonemize, tokenize
+
+    if not hasattr(model.decoder, "batch"):
+        return {}
+    tokens = tokenize(phonemize(text)[0])
+    row = mx.array(style(load_voice(DEFAULT_VOICE), len(tokens))[0])
+    p = model.prosody([PAD, *tokens, PAD], row)
+    mx.eval(p.asr, p.f0, p.n, row)
+    out = {}
+    with norms_counted() as norms:
+        for n in TOGETHER:
+            if n == 1:
+                audio = [model.decoder(p.asr, p.f0, p.n, row[:128])]
+            else:
+                styles = mx.stack([row[:128]] * n)
+                audio = model.decoder.batch([p.asr] * n, [p.f0] * n, [p.n] * n, styles)
+            ops = sum(graph_ops(*audio).values()) - beyond_one_node(norms)
+            norms.clear()
+            out[n] = round(ops / n)
+    return out
+
+
 def child_counts(conv: str) -> list[dict[str, Any]]:
     import mlx.core as mx
 
@@ -231,6 +267,7 @@ def child_counts(conv: str) -> list[dict[str, Any]]:
                 "ops_per_audio_s": round(sum(evals) / seconds),
                 "ops_per_audio_s_gpu_graph": round((sum(evals) - beyond_one_node(norms)) / seconds),
                 "components_per_audio_s": {k: round(v / seconds) for k, v in parts.items()},
+                "decoder_per_sentence_together": batched_decoder(tts.model, text),
                 "top_ops": kinds.most_common(6),
             }
         )
@@ -270,6 +307,11 @@ def component(name: str, row: dict[str, Any]) -> Any:
     return row["components_per_audio_s"][name]
 
 
+def together(n: int, row: dict[str, Any]) -> Any:
+    """The decoder's operations per sentence with ``n`` decoded together (its first piece)."""
+    return row.get("decoder_per_sentence_together", {}).get(str(n), "-")
+
+
 def table(counts: dict[str, list[dict[str, Any]]]) -> None:
     """Operations per audio second, by component and in all, each checkout beside the other."""
     names = list(counts)
@@ -284,6 +326,8 @@ def table(counts: dict[str, list[dict[str, Any]]]) -> None:
             ("ops, gpu graph", lambda r: r["ops_per_audio_s_gpu_graph"]),
             ("evals", lambda r: round(r["evals"] / r["audio_s"], 2)),
         ]
+        for n in TOGETHER:
+            lines.append((f"decoder/piece, {n}x", partial(together, n)))
         for j, (what, value) in enumerate(lines):
             head = f"{label:9} {rows[0]['audio_s']:5.2f}s" if j == 0 else " " * 16
             print(f"{head} {what:<18}" + "".join(f"{value(r):>12}" for r in rows))

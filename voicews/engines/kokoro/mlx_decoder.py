@@ -17,6 +17,7 @@ from .assets import SAMPLE_RATE
 from .mlx_layers import (
     AdainResBlock,
     GroupedAdaIN,
+    Lengths,
     Linear,
     StridedConv,
     StyleBank,
@@ -96,8 +97,8 @@ class AdaINResBlock1:
     def __call__(self, x: mx.array, styles: Styles) -> mx.array:
         x = x if self.blocks == 1 else mx.concatenate([x] * self.blocks, axis=-1)
         for norm1, convs1, norm2, convs2 in self.stages:
-            y = _side_by_side(convs1, snake_scaled(norm1(x, styles)))
-            x = x + _side_by_side(convs2, snake_scaled(norm2(y, styles)))
+            y = _side_by_side(convs1, styles.masked(snake_scaled(norm1(x, styles))))
+            x = x + _side_by_side(convs2, styles.masked(snake_scaled(norm2(y, styles))))
         if self.blocks > 1:
             x = x.reshape(*x.shape[:-1], self.blocks, -1).sum(axis=-2)
         return x
@@ -145,14 +146,31 @@ class HarmonicSource:
         self.harmonics = mx.array(np.arange(1, _HARMONICS + 1, dtype=np.float32)[None])
 
     def __call__(self, f0: mx.array) -> mx.array:
-        n = f0.shape[0]
-        rad = (f0[:, None] @ self.harmonics) / SAMPLE_RATE  # per F0 value and harmonic
+        """``(values,)`` -> ``(300 values,)``; a padded batch ``(utterances, values)`` too,
+        its padding zero: an F0 of zero adds no phase, so the last value's neighbour there
+        holds the phase the clamped edge of the utterance alone repeats."""
+        *batch, n = f0.shape
+        rad = (f0[..., None] @ self.harmonics) / SAMPLE_RATE  # per F0 value and harmonic
         rad = rad - mx.floor(rad)
-        phase = mx.cumsum(rad, axis=0) * (2.0 * math.pi) * _UPSAMPLE  # in the export's order
+        phase = mx.cumsum(rad, axis=-2) * (2.0 * math.pi) * _UPSAMPLE  # in the export's order
         index, weights = _linear_taps(n, _UPSAMPLE)
-        voiced = (f0 > _VOICED_THRESHOLD).reshape(n, 1, 1, 1)
-        sines = mx.sin((phase[index] * (mx.array(weights) * voiced)).sum(axis=2))
-        return mx.tanh(mx.addmm(self.bias, sines, self.weight)).reshape(-1)
+        voiced = (f0 > _VOICED_THRESHOLD).reshape(*batch, n, 1, 1, 1)
+        taps = phase[index] if not batch else phase[:, index]
+        sines = mx.sin((taps * (mx.array(weights) * voiced)).sum(axis=-2))
+        return mx.tanh(mx.addmm(self.bias, sines, self.weight)).reshape(*batch, -1)
+
+
+_PAST_THE_END = np.repeat(np.array([-np.inf, 0.0], np.float32), _N_FFT // 2 + 1)
+"""A spectrum's 22 values past an utterance's frames: log magnitudes of minus infinity (no
+sound), phases of zero."""
+
+
+def _reflected(valid: int, length: int, pad: int) -> np.ndarray:
+    """Sample indices of ``valid`` samples padded ``pad`` each side by reflection, then
+    repeating the first sample up to ``length + 2 pad`` (samples no valid frame reads)."""
+    index = np.abs(np.arange(-pad, length + pad))
+    index = np.where(index < valid, index, 2 * (valid - 1) - index)
+    return np.where(index >= 0, index, 0).astype(np.int32)
 
 
 class Stft:
@@ -184,14 +202,19 @@ class Stft:
         self._edges = mx.array(edges)
         self._flat_negative = mx.array(np.where(edges, np.pi, -np.pi).astype(np.float32))
 
-    def magnitude_phase(self, x: mx.array) -> mx.array:
+    def magnitude_phase(self, x: mx.array, lengths: Lengths | None = None) -> mx.array:
         """``(1, frames, 22)``: 11 magnitudes then 11 phases of ``x`` ``(samples,)``, as the
-        export computes them."""
-        pad, length = _N_FFT // 2, x.shape[0]
+        export computes them; of a padded batch ``(utterances, samples)``, each reflected at
+        its own end (``lengths``)."""
+        pad, length = _N_FFT // 2, x.shape[-1]
         # Reflect-padded and cut into blocks of `_HOP` samples: one gather.
-        index = np.abs(np.arange(-pad, length + pad))
-        index = np.where(index < length, index, 2 * (length - 1) - index)
-        spec = self._forward.valid(x[mx.array(index.reshape(1, -1, _HOP).astype(np.int32))])
+        if lengths is None:
+            index = _reflected(length, length, pad)
+            spec = self._forward.valid(x[mx.array(index.reshape(1, -1, _HOP))])
+        else:
+            rows = [_reflected(int(n), length, pad) for n in lengths.valid(length)]
+            blocks = mx.take_along_axis(x, mx.array(np.stack(rows)), axis=-1)
+            spec = self._forward.valid(blocks.reshape(x.shape[0], -1, _HOP))
         real, imag = mx.split(spec, 2, axis=-1)
         # The export's atan(imag / real), moved to the real part's half plane, is atan2 but
         # where imag is exactly zero: -pi there for a negative real part (atan2: pi for +0).
@@ -203,20 +226,26 @@ class Stft:
         angle = mx.where(flat, flat_angle, mx.arctan2(imag, real))
         return mx.concatenate([mx.sqrt(real * real + imag * imag), angle], axis=-1)
 
-    def inverse(self, spec: mx.array) -> mx.array:
+    def inverse(self, spec: mx.array, lengths: Lengths | None = None) -> mx.array:
         """``(frames, 22)`` log-magnitudes and raw phases (or ``(1, frames, 22)``) ->
-        ``(frames - 1) * hop`` samples."""
+        ``(frames - 1) * hop`` samples; a padded batch ``(utterances, frames, 22)`` ->
+        ``(utterances, (frames - 1) * hop)``, each utterance's frames past its own zero (as
+        the padding of one alone), its samples valid as far as its own frames give them."""
+        if lengths is not None:
+            valid = lengths.mask(int(spec.shape[-2]))[0] > 0
+            spec = mx.where(valid, spec, mx.array(_PAST_THE_END))
         magnitude = mx.exp(spec[..., : _N_FFT // 2 + 1])
         phase = mx.sin(spec[..., _N_FFT // 2 + 1 :])
         parts = mx.concatenate([magnitude * mx.cos(phase), magnitude * mx.sin(phase)], axis=-1)
         taps = _N_FFT // _HOP
-        y = self._inverse.valid(pad_time(parts, taps - 1, taps - 1)).reshape(-1)
+        y = self._inverse.valid(pad_time(parts, taps - 1, taps - 1))
+        y = y.reshape(-1) if lengths is None else y.reshape(y.shape[0], -1)
         # The export divides only its first window's samples by the window's square (where
         # non-zero), scales by n_fft / hop (a power of two: exact either way), and trims half
         # a window each side: one product by a vector of those factors.
-        factors = np.full(y.shape[0] - _N_FFT, _N_FFT // _HOP, np.float32)
+        factors = np.full(y.shape[-1] - _N_FFT, _N_FFT // _HOP, np.float32)
         factors[: _N_FFT // 2] *= self._head[_N_FFT // 2 :]
-        return y[_N_FFT // 2 : -(_N_FFT // 2)] * mx.array(factors)
+        return y[..., _N_FFT // 2 : -(_N_FFT // 2)] * mx.array(factors)
 
 
 class Generator:
@@ -265,23 +294,26 @@ class Generator:
         )
 
     def __call__(self, x: mx.array, styles: Styles, f0: mx.array) -> mx.array:
-        return self.stft.inverse(self.spectrum(x, styles, self.harmonics(f0)))
+        harmonics = self.harmonics(f0, styles.lengths)
+        return self.stft.inverse(self.spectrum(x, styles, harmonics), styles.lengths)
 
-    def harmonics(self, f0: mx.array) -> mx.array:
-        """The harmonic source's magnitudes and phases, ``(1, 120 * frames + 1, 22)``."""
-        return self.stft.magnitude_phase(self.source(f0))
+    def harmonics(self, f0: mx.array, lengths: Lengths | None = None) -> mx.array:
+        """The harmonic source's magnitudes and phases, ``(1, 120 * frames + 1, 22)`` (or
+        one row an utterance of a padded batch)."""
+        return self.stft.magnitude_phase(self.source(f0), lengths)
 
     def spectrum(self, x: mx.array, styles: Styles, harmonics: mx.array) -> mx.array:
         """The decoder's ``(1, 2 * frames, 512)`` upsampled twice with residual blocks, driven
         by the harmonics: the ``(1, 120 * frames + 1, 22)`` log magnitudes and phases the
         inverse STFT turns into audio."""
+        harmonics = styles.masked(harmonics)
         for i, (up, noise_conv, noise_res, blocks, constant) in enumerate(self.stages):
-            x = up(leaky_relu(x, 0.1))
+            x = up(styles.masked(leaky_relu(x, 0.1)))
             if i == len(self.stages) - 1:
                 x = mx.concatenate([x[:, 1:2], x], axis=1)  # ReflectionPad1d((1, 0))
             x = x + noise_res(noise_conv(harmonics), styles)
             x = blocks(x, styles) + constant  # three times the blocks' mean
-        return self.conv_post(leaky_relu(x, 0.01))
+        return self.conv_post(styles.masked(leaky_relu(x, 0.01)))
 
 
 class Decoder:
@@ -307,11 +339,31 @@ class Decoder:
         styles = self.styles(style)
         return self.generator(self.hidden(asr, f0, n, styles), styles, f0)
 
+    def batch(
+        self, asrs: list[mx.array], f0s: list[mx.array], ns: list[mx.array], style: mx.array
+    ) -> list[mx.array]:
+        """Several utterances' audio in one pass (a GPU's: one dispatch of each operation for
+        all of them), each equal to its own to float rounding: padded to the longest, every
+        norm over each utterance's own samples and every convolution's input zero past them.
+        ``style``: ``(utterances, 128)``; the audio lazy, each its own length."""
+        lengths = Lengths([int(a.shape[0]) for a in asrs])
+        frames = lengths.padded
+        asr = mx.stack([pad_time(a, 0, frames - int(a.shape[0])) for a in asrs])
+        f0, n = (
+            mx.stack([mx.pad(v, (0, 2 * frames - int(v.shape[0]))) for v in vs]) for vs in (f0s, ns)
+        )
+        styles = self.styles(style)
+        styles.lengths = lengths
+        audio = self.generator(self.hidden(asr, f0, n, styles), styles, f0)
+        return [audio[i, : int(k)] for i, k in enumerate(lengths.valid(int(audio.shape[-1])))]
+
     def hidden(self, asr: mx.array, f0: mx.array, n: mx.array, styles: Styles) -> mx.array:
         """The generator's input, ``(1, 2 * frames, 512)``: text features with F0 and energy,
         batched from here on (MLX's convolutions take that layout as is)."""
-        asr = asr.reshape(1, *asr.shape)
-        f0_n = self.f0_n_conv(mx.stack([f0, n], axis=-1)[None])
+        f0_n_in = mx.stack([f0, n], axis=-1)
+        if asr.ndim == 2:  # one utterance
+            asr, f0_n_in = asr.reshape(1, *asr.shape), f0_n_in[None]
+        f0_n = styles.masked(self.f0_n_conv(f0_n_in))
         x = self.encode(mx.concatenate([asr, f0_n], axis=-1), styles)
         residual = mx.concatenate([self.asr_res(asr), f0_n], axis=-1)
         for block in self.decode:

@@ -131,6 +131,48 @@ def instance_norm(x: mx.array, eps: float = 1e-5) -> mx.array:
     return mx.fast.layer_norm(x.swapaxes(-1, -2), None, None, eps).swapaxes(-1, -2)
 
 
+class Lengths:
+    """Utterances of ``frames`` decoded together, padded to the longest: where each one's
+    samples end along a time axis, so that what the padding holds reaches no valid sample.
+    Every time axis of the decoder is ``a`` samples a frame plus ``c`` (``RATES``)."""
+
+    RATES = ((1, 0), (2, 0), (20, 0), (120, 1), (600, 0))
+    """Frames, F0 values, the first stage's samples, the second's (and the harmonics' STFT
+    frames, one more), the harmonic source's samples."""
+
+    def __init__(self, frames: list[int]) -> None:
+        self.frames = np.asarray(frames, np.int64)
+        self.padded = int(self.frames.max())
+        self._masks: dict[int, tuple[mx.array, mx.array]] = {}
+
+    def valid(self, length: int) -> np.ndarray:
+        """Each utterance's valid samples along a padded time axis of ``length``."""
+        for a, c in self.RATES:
+            if a * self.padded + c == length:
+                return a * self.frames + c
+        raise ValueError(f"no time axis of {length} for {self.padded} frames")
+
+    def mask(self, length: int) -> tuple[mx.array, mx.array]:
+        """``(utterances, length, 1)``: one where a sample is valid, else zero; and each
+        utterance's valid count, ``(utterances, 1, 1)``."""
+        if length not in self._masks:
+            valid = self.valid(length)
+            ones = (np.arange(length)[None, :] < valid[:, None]).astype(np.float32)
+            count = valid.astype(np.float32).reshape(-1, 1, 1)
+            self._masks[length] = (mx.array(ones[..., None]), mx.array(count))
+        return self._masks[length]
+
+
+def masked_instance_norm(x: mx.array, lengths: Lengths, eps: float = 1e-5) -> mx.array:
+    """``instance_norm`` of each utterance of a padded batch over its own samples (zero past
+    them)."""
+    mask, count = lengths.mask(int(x.shape[-2]))
+    mean = (x * mask).sum(axis=-2, keepdims=True) / count
+    centred = (x - mean) * mask
+    variance = (centred * centred).sum(axis=-2, keepdims=True) / count
+    return centred * mx.rsqrt(variance + eps)
+
+
 def layer_norm(x: mx.array, weight: mx.array, bias: mx.array, eps: float) -> mx.array:
     return mx.fast.layer_norm(x, weight, bias, eps)
 
@@ -184,7 +226,9 @@ class StyleBank:
         if self._weight is None:  # every norm is registered by the first call
             self._weight = self._arrange()
         flat = mx.addmm(self._bias, style, self._weight)
-        vectors = split_at(flat, self._group_cuts, 0)
+        if style.ndim == 2:  # one style per utterance of a batch: broadcast along time
+            flat = flat.reshape(flat.shape[0], 1, -1)
+        vectors = split_at(flat, self._group_cuts, -1)
         return Styles(dict(zip(self._groups, vectors, strict=True)), self._cuts, self._where)
 
     def _arrange(self) -> mx.array:
@@ -223,6 +267,18 @@ class Styles:
     ) -> None:
         self._vectors, self._cuts, self._where = vectors, cuts, where
         self._parts: dict[str | None, list[mx.array]] = {}
+        self.lengths: Lengths | None = None
+        """Set for a padded batch of utterances (``Decoder.batch``): norms see each one's
+        own samples, and a convolution's input is zero past them."""
+
+    def norm(self, x: mx.array) -> mx.array:
+        """``instance_norm``, each utterance over its own samples in a padded batch."""
+        return instance_norm(x) if self.lengths is None else masked_instance_norm(x, self.lengths)
+
+    def masked(self, x: mx.array) -> mx.array:
+        """``x`` zero past each utterance's samples in a padded batch (as a convolution pads
+        one utterance): before every operation that reads a neighbouring sample."""
+        return x if self.lengths is None else x * self.lengths.mask(int(x.shape[-2]))[0]
 
     def __call__(self, slot: int, x: mx.array) -> tuple[mx.array, mx.array]:
         """Slot ``slot``'s scale and shift for the input ``x``: ``(C,)`` each, or ``x``'s shape
@@ -231,7 +287,7 @@ class Styles:
         if group not in self._parts:
             vector = self._vectors[group]
             if group is not None:
-                vector = mx.broadcast_to(vector, (*x.shape[:-1], vector.shape[0]))
+                vector = mx.broadcast_to(vector, (*x.shape[:-1], vector.shape[-1]))
             self._parts[group] = split_at(vector, self._cuts[group], -1)
         scale, shift = self._parts[group][index : index + 2]
         assert group is None or scale.shape[:-1] == x.shape[:-1], f"{group}: another length"
@@ -256,7 +312,7 @@ class AdaIN:
 
     def __call__(self, x: mx.array, styles: Styles) -> mx.array:
         scale, shift = styles(self.slot, x)
-        return scale * instance_norm(x) + shift
+        return scale * styles.norm(x) + shift
 
 
 class GroupedAdaIN(AdaIN):
@@ -494,11 +550,11 @@ class AdainResBlock:
         )
 
     def __call__(self, x: mx.array, styles: Styles) -> mx.array:
-        y = leaky_relu(self.norm1(x, styles), 0.2)
+        y = styles.masked(leaky_relu(self.norm1(x, styles), 0.2))
         if self.pool is not None:
-            y = self.pool(y)
+            y = styles.masked(self.pool(y))
             x = mx.repeat(x, 2, axis=-2)
-        y = self.conv2(leaky_relu(self.norm2(self.conv1(y), styles), 0.2))
+        y = self.conv2(styles.masked(leaky_relu(self.norm2(self.conv1(y), styles), 0.2)))
         if self.shortcut is not None:
             x = self.shortcut(x)
         return y + x if self.scale is None else (y + x) * self.scale
