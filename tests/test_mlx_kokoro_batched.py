@@ -21,7 +21,7 @@ from test_worker import Recorder  # noqa: E402
 
 from conftest import timeout  # noqa: E402
 from voicews.compute.execution import ComputeWorker  # noqa: E402
-from voicews.compute.jobs import JobAudio, JobWords  # noqa: E402
+from voicews.compute.jobs import JobAudio, JobWords, synthesis  # noqa: E402
 from voicews.engines.base import Engine, SynthesisOptions, WindowedEngine, WordStarts  # noqa: E402
 from voicews.engines.kokoro.assets import load_voice, model_path, style  # noqa: E402
 from voicews.engines.kokoro.mlx_engine import MlxKokoroEngine  # noqa: E402
@@ -30,7 +30,8 @@ from voicews.engines.kokoro.mlx_model import Kokoro, Prosody  # noqa: E402
 from voicews.engines.kokoro.mlx_weights import load_weights  # noqa: E402
 from voicews.engines.kokoro.phonemes import PAD, phonemize, tokenize  # noqa: E402
 
-TEXTS = {"a": "Hi.", "b": "Yes."}
+TEXTS = {"a": "Hello.", "b": "Okay."}  # 36 and 37 frames: one bucket (33-64)
+LEAN = SynthesisOptions(lean=True)
 
 
 @pytest.fixture(scope="module")
@@ -60,14 +61,14 @@ def test_a_padded_batch_knows_each_utterances_samples_on_every_time_axis() -> No
 
 
 def test_utterances_decoded_together_are_each_alone(weights_cache: Path) -> None:
-    """Three cuts of two voices' sentences, 7, 16 and 11 frames: one pass of the padded batch
+    """Three cuts of two voices' sentences, 5, 10 and 7 frames: one pass of the padded batch
     gives each the audio it has decoded alone, to float rounding."""
     model = Kokoro(load_weights(model_path(), weights_cache))
     (one, heart), (two, michael) = (
         prosody_of(model, "Hello there, friend.", "af_heart"),
         prosody_of(model, "Good morning to you.", "am_michael"),
     )
-    cuts = [(one, heart, 20, 27), (two, michael, 10, 26), (one, heart, 30, 41)]
+    cuts = [(one, heart, 20, 25), (two, michael, 10, 20), (one, heart, 30, 37)]
     asrs = [p.asr[a:b] for p, _, a, b in cuts]
     f0s = [p.f0[2 * a : 2 * b] for p, _, a, b in cuts]
     ns = [p.n[2 * a : 2 * b] for p, _, a, b in cuts]
@@ -83,7 +84,8 @@ def test_sessions_decoded_together_get_the_audio_each_gets_alone(
     weights_cache: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Two one-word sentences through the worker's batched lane: begun together (``begin``)
-    and decoded in one step, each gets the audio and word starts ``synthesize`` gives it."""
+    and decoded in one step, each gets the audio and word starts ``synthesize`` gives it
+    (``lean``: the silence after each one's last sound is not rendered, on either side)."""
     monkeypatch.setenv("VOICEWS_MLX_MAX_BATCH", "4")
     monkeypatch.setenv("VOICEWS_MLX_BATCH_WAIT_MS", "20")
     engines: list[MlxKokoroEngine] = []
@@ -99,7 +101,8 @@ def test_sessions_decoded_together_get_the_audio_each_gets_alone(
         assert isinstance(engines[0], WindowedEngine) and engines[0].batched
         now = time.monotonic()
         for offset, (name, text) in enumerate(TEXTS.items()):
-            worker.submit(rec.speak(name, text, deadline=now + offset / 1000))
+            work = synthesis(text, LEAN)
+            worker.submit(rec.job(name, work, deadline=now + offset / 1000))
         for _ in TEXTS:  # MLX's CPU backend: some ten seconds a second of audio
             assert rec.finished.acquire(timeout=timeout(180))
     finally:
@@ -110,7 +113,7 @@ def test_sessions_decoded_together_get_the_audio_each_gets_alone(
     for name, text in TEXTS.items():
         got = [e.audio for e in rec.of(name) if isinstance(e, JobAudio)]
         words = [e.starts for e in rec.of(name) if isinstance(e, JobWords)]
-        items = list(alone.synthesize(text, SynthesisOptions()))
+        items = list(alone.synthesize(text, LEAN))
         want = [a for a in items if not isinstance(a, WordStarts)]
         assert [len(a) for a in got] == [len(a) for a in want]
         np.testing.assert_allclose(np.concatenate(got), np.concatenate(want), atol=2e-5)
