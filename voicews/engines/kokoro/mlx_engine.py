@@ -51,6 +51,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 SAMPLES_PER_FRAME = 600
+"""Audio the decoder gives a frame (24 kHz: 25 ms)."""
 
 
 @dataclass(frozen=True, slots=True)
