@@ -240,11 +240,10 @@ def servers_under_test(
 ) -> list[ServerProcess]:
     """voicews; the voicews of other checkouts (``voicews@DIR``) and of this one with other
     ``serve`` arguments (``NAME=ARGS``), for A/B runs in the same conditions; the peer last."""
-    shared = list(serve_args)
-    out: list[ServerProcess] = [VoicewsProcess(workdir, sessions, args=shared)]
+    out: list[ServerProcess] = [VoicewsProcess(workdir, sessions, args=serve_args)]
     for baseline in baselines:
         name = f"{VoicewsProcess.name}@{baseline.resolve().name}"
-        out.append(VoicewsProcess(workdir, sessions, name, source=baseline, args=shared))
+        out.append(VoicewsProcess(workdir, sessions, name, source=baseline, args=serve_args))
     for variant in variants:
         name, _, serve_args = variant.partition("=")
         out.append(VoicewsProcess(workdir, sessions, name, args=shlex.split(serve_args)))

@@ -20,7 +20,6 @@ padded and masked, each utterance's audio its own to float rounding).
 from __future__ import annotations
 
 import logging
-import os
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -97,12 +96,12 @@ class MlxKokoroEngine:
         self._packs = {name: load_voice(name) for name in voices()}
         if self.voice not in self._packs:
             load_voice(self.voice)  # raises, naming the voices there are
-        device = os.environ.get("VOICEWS_MLX_DEVICE", "").lower()
+        config = MlxConfig.from_env()
+        device = config.device.lower()
         if device in ("cpu", "gpu"):
             mx.set_default_device(mx.cpu if device == "cpu" else mx.gpu)
         self.model: Kokoro = Kokoro(load_weights(model_path(), cache_dir))
         self.device = describe_device()
-        config = MlxConfig.from_env()
         self.max_batch = config.max_batch
         self.batch_wait = config.batch_wait_ms / 1000
         self.batched = self.max_batch > 1
