@@ -288,27 +288,49 @@ def test_split_at_cuts_where_asked(parts: int) -> None:
         np.testing.assert_array_equal(np.array(a), b)
 
 
+def random_bilstm(rng: np.random.Generator, inputs: int, hidden: int) -> Weights:
+    """A BiLSTM's weights named as module ``m``'s, drawn from ``rng``."""
+    shapes = {"weight_ih": (4 * hidden, inputs), "weight_hh": (4 * hidden, hidden)}
+    shapes |= {"bias_ih": (4 * hidden,), "bias_hh": (4 * hidden,)}
+    return {
+        f"m.{name}_l0{suffix}": mx.array(rng.normal(0.0, 0.5, shape).astype(np.float32))
+        for name, shape in shapes.items()
+        for suffix in ("", "_reverse")
+    }
+
+
 @pytest.mark.parametrize("compiled", [False, True])
 def test_bilstms_run_together_as_each_alone(compiled: bool) -> None:
     """Two independent BiLSTMs (different inputs and weights, one length) stepped as one
     batch: each LSTM's output as it runs alone."""
     rng = np.random.default_rng(1)
     hidden, length = 8, 5
-
-    def weights(inputs: int) -> Weights:
-        shapes = {"weight_ih": (4 * hidden, inputs), "weight_hh": (4 * hidden, hidden)}
-        shapes |= {"bias_ih": (4 * hidden,), "bias_hh": (4 * hidden,)}
-        return {
-            f"m.{name}_l0{suffix}": mx.array(rng.normal(0.0, 0.5, shape).astype(np.float32))
-            for name, shape in shapes.items()
-            for suffix in ("", "_reverse")
-        }
-
-    lstms = [BiLSTM(weights(n), "m", compiled=compiled) for n in (6, 3)]
+    lstms = [BiLSTM(random_bilstm(rng, n, hidden), "m", compiled=compiled) for n in (6, 3)]
     xs = [mx.array(rng.normal(0.0, 1.0, (length, n)).astype(np.float32)) for n in (6, 3)]
     together = run_bilstms(lstms, xs)
     for lstm, x, got in zip(lstms, xs, together, strict=True):
         np.testing.assert_allclose(np.array(got), np.array(lstm(x)), atol=1e-6)
+
+
+@pytest.mark.parametrize("compiled", [False, True])
+def test_bilstms_over_padded_utterances_are_each_alone(compiled: bool) -> None:
+    """Two BiLSTMs over a padded batch of utterances of 5, 9 and 1 steps (sentences begun
+    together): each utterance's output, its backward direction from its own last step, is
+    what it has alone, whatever the padding holds."""
+    rng = np.random.default_rng(2)
+    hidden, lengths = 8, [5, 9, 1]
+    lstms = [BiLSTM(random_bilstm(rng, n, hidden), "m", compiled=compiled) for n in (6, 3)]
+    each = [[rng.normal(0.0, 1.0, (k, n)).astype(np.float32) for k in lengths] for n in (6, 3)]
+    padded = [
+        mx.array(np.stack([np.pad(x, ((0, 9 - len(x)), (0, 0)), constant_values=7.0) for x in xs]))
+        for xs in each
+    ]
+    together = run_bilstms(lstms, padded, lengths)
+    for lstm, xs, got in zip(lstms, each, together, strict=True):
+        assert got.shape == (3, 9, 2 * hidden)
+        for i, x in enumerate(xs):
+            alone = np.array(lstm(mx.array(x)))
+            np.testing.assert_allclose(np.array(got)[i, : len(x)], alone, atol=1e-6)
 
 
 def test_adain_and_adalayernorm_are_the_formulas() -> None:

@@ -19,6 +19,13 @@
 #     conversations at 20 tokens/s (first audio p50/p95, longest stall, batched steps).
 # Without a GPU, to see that it is not broken (MLX's CPU backend, tiny sizes, ~3 minutes):
 #   bench/engines/gpu_check.sh smoke
+#
+# `kokoro` after pack, run or smoke checks MLX Kokoro instead (its own trips: MLX's wheels,
+# the server's, and Kokoro's int8 ONNX export, 92 MB, converted there on first use; 5 pieces):
+#  1. first/: a fresh process's engine and warm-up, first audio and real-time factor alone,
+#     N = 1/4/16/64 copies of a first piece begun (prosody) and decoded together;
+#  2. second/: a second fresh process's warm-up, with the kernel cache the first one left;
+#  3. load/: a real `voicews serve --engine mlx-kokoro`, bursts of 1, 16 and 64.
 set -euo pipefail
 
 # The server's imports beyond what the device's python3 has (numpy, onnx, onnxruntime,
@@ -30,8 +37,39 @@ SERVER_WHEELS=(
   piper-tts==1.8.0 soxr==1.0.0 av==18.1.0 num2words==0.5.14
 )
 
-case "${1:-}" in
-  pack)
+case "${1:-} ${2:-}" in
+  "pack kokoro")
+    onnx="$("${PYTHON:-python3}" -c 'from voicews.engines.kokoro.assets import model_path as m; print(m())')"
+    staged="$(mktemp -d)"
+    mkdir "$staged/kokoro" && cp "$onnx" "$staged/kokoro/"   # lands as $KIT_DATA/kokoro there
+    wheels=()
+    for w in "${SERVER_WHEELS[@]}"; do wheels+=(--wheel "$w"); done
+    "${GPU_KIT:-../shared/gpu}/pack.sh" "${wheels[@]}" --file "$staged/kokoro"
+    rm -rf "$staged"
+    ;;
+  "run kokoro")
+    out="${OUT:-/tmp/gpu-check}"
+    export VOICEWS_CACHE_DIR="${KIT_DATA:?run through trip.sh}"
+    export MLX_PTX_CACHE_DIR="$(mktemp -d)"   # empty: the first process pays the compilation
+    export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
+    timeout 170 python3 bench/engines/mlx_kokoro_gpu.py --out "$out/first" \
+      || echo "first process: exit $? (what it measured is in $out/first)"
+    timeout 40 python3 bench/engines/mlx_kokoro_gpu.py --out "$out/second" --startup \
+      || echo "second process: exit $?"
+    export VOICEWS_MLX_MAX_BATCH="${VOICEWS_MLX_MAX_BATCH:-64}"
+    timeout 100 python3 -m bench gpu_load --engine mlx-kokoro --n 1 16 64 --ready-limit 60 \
+      --out "$out/load" || echo "load run: exit $? (what it measured is in $out/load)"
+    ;;
+  "smoke kokoro")
+    out="${OUT:-$(mktemp -d)}"
+    export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
+    python3 bench/engines/mlx_kokoro_gpu.py --cpu-smoke --out "$out/first"
+    python3 bench/engines/mlx_kokoro_gpu.py --cpu-smoke --out "$out/second" --startup
+    # One conversation: two at once outlast the harness's 2 minutes a turn on MLX's CPU.
+    python3 -m bench gpu_load --engine mlx-kokoro --cpu-smoke --n 1 --out "$out/load"
+    echo "smoke: all three stages ran; results in $out"
+    ;;
+  "pack ")
     cache="${VOICEWS_CACHE_DIR:-$HOME/.cache/voicews}"
     [ -d "$cache/mlx-piper" ] || { echo "no converted voice in $cache/mlx-piper: run the mlx-piper engine once" >&2; exit 1; }
     onnx="$("${PYTHON:-python3}" -c 'from voicews.engines.piper import bundled_voice as v; print(v())')"  # PYTHON: the project's venv
@@ -40,7 +78,7 @@ case "${1:-}" in
     "${GPU_KIT:-../shared/gpu}/pack.sh" "${wheels[@]}" --file "$cache/mlx-piper" \
       --file "$onnx" --file "$onnx.json"
     ;;
-  run)
+  "run ")
     out="${OUT:-/tmp/gpu-check}"
     data="${KIT_DATA:?run through trip.sh}"
     export MLX_PTX_CACHE_DIR="$(mktemp -d)"   # empty: the first process pays the compilation
@@ -56,7 +94,7 @@ case "${1:-}" in
       --server-args="--voice $data/$(ls "$data" | grep '\.onnx$' | head -1) --max-waiting-per-address 1024" \
       || echo "load run: exit $? (what it measured is in $out/load)"
     ;;
-  smoke)
+  "smoke ")
     out="${OUT:-$(mktemp -d)}"
     export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
     python3 bench/engines/mlx_ops_gpu.py --cpu-smoke --out "$out/first"
@@ -65,7 +103,7 @@ case "${1:-}" in
     echo "smoke: all three stages ran; results in $out"
     ;;
   *)
-    sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'
+    sed -n '2,28p' "$0" | sed 's/^# \{0,1\}//'
     exit 2
     ;;
 esac

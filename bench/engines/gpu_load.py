@@ -130,7 +130,7 @@ async def run(args: argparse.Namespace) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--engine", default="mlx-piper")
-    parser.add_argument("--n", type=int, nargs="+", default=[1, 16, 64])
+    parser.add_argument("--n", type=int, nargs="+", help="conversations a burst (1 16 64)")
     parser.add_argument("--rate", type=float, default=20.0, help="tokens a second")
     parser.add_argument("--ready-limit", type=float, default=240.0, help="seconds to ready")
     parser.add_argument("--out", type=Path)
@@ -138,12 +138,12 @@ def main() -> None:
         "--server-args", default="", help='more `serve` options, one string: "--voice X.onnx"'
     )
     parser.add_argument(
-        "--cpu-smoke", action="store_true", help="MLX's CPU backend, batched decoder, N = 1, 2"
+        "--cpu-smoke", action="store_true", help="MLX's CPU backend, batched decoder, N = 1 2"
     )
     args = parser.parse_args()
     if args.cpu_smoke:
         os.environ.update(SMOKE_ENV)
-        args.n = [1, 2]
+    args.n = args.n or ([1, 2] if args.cpu_smoke else [1, 16, 64])
     asyncio.run(run(args))
 
 

@@ -11,7 +11,8 @@ GPU's; ``--conv matmul`` counts the CPU's matmul per tap). Per sentence:
 - through ``MlxKokoroEngine.synthesize``: every evaluation (``mx.eval``, or ``np.array`` of a
   lazy array: a host round trip) and the operations of its graph;
 - the decoder's operations per sentence where 1, 4, 16 or 64 copies of the sentence's first
-  piece are decoded together (``Decoder.batch``, as the compute worker batches sessions).
+  piece are decoded together (``Decoder.batch``, as the compute worker batches sessions), and
+  its prosody's where 1, 4 or 16 are begun together (``Kokoro.prosodies``).
 
 On MLX's CPU backend ``mx.fast.layer_norm`` is expanded into its parts (one node on a GPU):
 ``gpu graph`` counts each as one. Each checkout runs in its own process (``PYTHONPATH``).
@@ -240,6 +241,40 @@ def batched_decoder(model: Any, text: str) -> dict[int, int]:
     return out
 
 
+PROSODY_TOGETHER = (1, 4, 16)
+"""Sentences begun together (``Kokoro.prosodies``): their durations are computed to count the
+rest, and 64 copies of ALBERT take minutes on MLX's CPU backend."""
+
+
+def batched_prosody(model: Any, text: str) -> dict[int, int]:
+    """The prosody's operations per sentence (both of its evaluations: the durations, then
+    the decoder's inputs) for ``text``'s first piece begun with copies of itself
+    (``PROSODY_TOGETHER``), each layer norm one node; none where the checkout has no batched
+    prosody."""
+    import mlx.core as mx
+
+    from voicews.engines.kokoro.assets import DEFAULT_VOICE, load_voice, style
+    from voicews.engines.kokoro.mlx_engine import Sentence
+    from voicews.engines.kokoro.phonemes import PAD, phonemize, tokenize
+
+    if not hasattr(model, "prosodies"):
+        return {}
+    tokens = tokenize(phonemize(text)[0])
+    row = mx.array(style(load_voice(DEFAULT_VOICE), len(tokens))[0])
+    sentence = Sentence([PAD, *tokens, PAD], row, 1.0, None)
+    mx.eval(row)
+    out = {}
+    for n in PROSODY_TOGETHER:
+        with counting(model) as (evals, _, norms):
+            if n == 1:
+                made = [model.prosody(sentence.tokens, row)]
+            else:
+                made = model.prosodies([sentence] * n)
+            mx.eval(*[x for p in made for x in (p.asr, p.f0, p.n)])
+            out[n] = round((sum(evals) - beyond_one_node(norms)) / n)
+    return out
+
+
 def child_counts(conv: str) -> list[dict[str, Any]]:
     import mlx.core as mx
 
@@ -268,6 +303,7 @@ def child_counts(conv: str) -> list[dict[str, Any]]:
                 "ops_per_audio_s_gpu_graph": round((sum(evals) - beyond_one_node(norms)) / seconds),
                 "components_per_audio_s": {k: round(v / seconds) for k, v in parts.items()},
                 "decoder_per_sentence_together": batched_decoder(tts.model, text),
+                "prosody_per_sentence_together": batched_prosody(tts.model, text),
                 "top_ops": kinds.most_common(6),
             }
         )
@@ -307,9 +343,9 @@ def component(name: str, row: dict[str, Any]) -> Any:
     return row["components_per_audio_s"][name]
 
 
-def together(n: int, row: dict[str, Any]) -> Any:
-    """The decoder's operations per sentence with ``n`` decoded together (its first piece)."""
-    return row.get("decoder_per_sentence_together", {}).get(str(n), "-")
+def together(part: str, n: int, row: dict[str, Any]) -> Any:
+    """``part``'s operations per sentence with ``n`` together (its first piece)."""
+    return row.get(f"{part}_per_sentence_together", {}).get(str(n), "-")
 
 
 def table(counts: dict[str, list[dict[str, Any]]]) -> None:
@@ -326,8 +362,10 @@ def table(counts: dict[str, list[dict[str, Any]]]) -> None:
             ("ops, gpu graph", lambda r: r["ops_per_audio_s_gpu_graph"]),
             ("evals", lambda r: round(r["evals"] / r["audio_s"], 2)),
         ]
+        for n in PROSODY_TOGETHER:
+            lines.append((f"prosody/piece, {n}x", partial(together, "prosody", n)))
         for n in TOGETHER:
-            lines.append((f"decoder/piece, {n}x", partial(together, n)))
+            lines.append((f"decoder/piece, {n}x", partial(together, "decoder", n)))
         for j, (what, value) in enumerate(lines):
             head = f"{label:9} {rows[0]['audio_s']:5.2f}s" if j == 0 else " " * 16
             print(f"{head} {what:<18}" + "".join(f"{value(r):>12}" for r in rows))

@@ -78,10 +78,10 @@ def median_seconds(fn: Callable[[], Any], repeats: int) -> float:
 
 
 class Report:
-    """Rows printed and rewritten to ``out/mlx_ops_gpu.json`` after each."""
+    """Rows printed and rewritten to ``out/{name}`` after each."""
 
-    def __init__(self, out: Path | None) -> None:
-        self.out = out
+    def __init__(self, out: Path | None, name: str = "mlx_ops_gpu.json") -> None:
+        self.out, self.name = out, name
         self.rows: dict[str, Any] = {"device": str(mx.default_device())}
 
     def add(self, key: str, value: Any) -> None:
@@ -89,7 +89,7 @@ class Report:
         print(f"{key}: {json.dumps(value)}", flush=True)
         if self.out is not None:
             self.out.mkdir(parents=True, exist_ok=True)
-            (self.out / "mlx_ops_gpu.json").write_text(json.dumps(self.rows, indent=2))
+            (self.out / self.name).write_text(json.dumps(self.rows, indent=2))
 
 
 def alone(

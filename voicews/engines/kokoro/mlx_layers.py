@@ -344,7 +344,10 @@ class AdaLayerNorm:
         self.slot = bank.add(_plus_one_gamma(w, module))
 
     def __call__(self, x: mx.array, styles: Styles) -> mx.array:
-        return mx.fast.layer_norm(x, *styles(self.slot, x), 1e-5)
+        scale, shift = styles(self.slot, x)
+        if scale.ndim == 1:  # one utterance's style: the norm's own weight and bias
+            return mx.fast.layer_norm(x, scale, shift, 1e-5)
+        return mx.fast.layer_norm(x, None, None, 1e-5) * scale + shift  # one per utterance
 
 
 def _sigmoid_gates_first(w: mx.array) -> np.ndarray:
@@ -412,8 +415,8 @@ class BiLSTM:
         forward = np.arange(x.shape[0], dtype=np.int32)
         return mx.addmm(self.b_in, x[mx.array(np.stack([forward, forward[::-1]]))], self.w_in)
 
-    def __call__(self, x: mx.array) -> mx.array:
-        return run_bilstms([self], [x])[0]
+    def __call__(self, x: mx.array, lengths: list[int] | None = None) -> mx.array:
+        return run_bilstms([self], [x], lengths)[0]
 
 
 @lru_cache(maxsize=8)
@@ -421,6 +424,18 @@ def _stacked_recurrence(lstms: tuple[BiLSTM, ...]) -> mx.array:
     if len(lstms) == 1:
         return lstms[0].w_h
     return mx.array(np.concatenate([np.asarray(lstm.w_h) for lstm in lstms]))
+
+
+def _states(lstm: BiLSTM, steps: mx.array, w_h: mx.array) -> list[mx.array]:
+    """The hidden states of every step of the cells stacked on ``steps``' first axis (their
+    inputs along its second), ``w_h`` their recurrent weights: the first from zero states."""
+    first, *rest = split_each(steps, 1)
+    h, c = lstm.start(first)
+    outputs = [h]
+    for x in rest:
+        h, c = lstm.step(x, h, c, w_h)
+        outputs.append(h)
+    return outputs
 
 
 def split_at(x: mx.array, cuts: list[int], axis: int) -> list[mx.array]:
@@ -449,29 +464,68 @@ def split_each(x: mx.array, axis: int) -> list[mx.array]:
     return split_at(x, list(range(1, x.shape[axis])), axis)
 
 
-def run_bilstms(lstms: list[BiLSTM], inputs: list[mx.array]) -> list[mx.array]:
+def run_bilstms(
+    lstms: list[BiLSTM], inputs: list[mx.array], lengths: list[int] | None = None
+) -> list[mx.array]:
     """Independent BiLSTMs (the same hidden size) over inputs of the same length, advanced
     together: one batched step of all their directions per time step, not one per LSTM. Each
     step's input is one output of a tree of splits (not a slice a step); each LSTM's output,
-    in time order with both directions side by side, one gather of the steps' states."""
+    in time order with both directions side by side, one gather of the steps' states.
+
+    ``lengths``: the inputs are padded batches ``(utterances, T, C)`` of utterances of these
+    lengths (:func:`_padded_bilstms`)."""
+    if lengths is not None:
+        return _padded_bilstms(lstms, inputs, lengths)
     length, hidden = inputs[0].shape[0], lstms[0].hidden
     assert all(x.shape[0] == length for x in inputs)
     assert all(lstm.hidden == hidden for lstm in lstms)
     parts = [lstm.steps(x) for lstm, x in zip(lstms, inputs, strict=True)]
     steps = mx.concatenate(parts) if len(parts) > 1 else parts[0]  # (2n, T, 4H)
-    w_h = _stacked_recurrence(tuple(lstms))
-    first, *rest = split_each(steps, 1)
-    h, c = lstms[0].start(first)
-    outputs = [h]
-    for x in rest:
-        h, c = lstms[0].step(x, h, c, w_h)
-        outputs.append(h)
+    outputs = _states(lstms[0], steps, _stacked_recurrence(tuple(lstms)))
     out = mx.concatenate(outputs) if length > 1 else outputs[0]  # (T * 2n, 1, H)
     rows = np.arange(length, dtype=np.int32) * 2 * len(lstms)  # step t's cell k: t * 2n + k
     return [
         out[mx.array(np.stack([rows + 2 * k, rows[::-1] + 2 * k + 1], axis=1))].reshape(
             length, 2 * hidden
         )
+        for k in range(len(lstms))
+    ]
+
+
+def _padded_bilstms(
+    lstms: list[BiLSTM], inputs: list[mx.array], lengths: list[int]
+) -> list[mx.array]:
+    """``run_bilstms`` over padded batches ``(utterances, T, C)``: every utterance steps
+    beside the others (a step is one batched matmul for all of them, as for one), and its
+    backward direction starts at its own last row, so its output is what it has alone, and
+    rows past its length hold whatever the padding gives."""
+    batch, length, hidden = int(inputs[0].shape[0]), int(inputs[0].shape[1]), lstms[0].hidden
+    valid = np.asarray(lengths, np.int64)[None, :]
+    t = np.arange(length)[:, None]
+    back = np.where(t < valid, valid - 1 - t, t)  # (T, utterances): the row read at step t
+    rows = np.arange(batch)[None, :] * length
+    order = mx.array(np.stack([t + rows, back + rows]).astype(np.int32))  # (2, T, utterances)
+    parts = [
+        mx.addmm(lstm.b_in[:, None], x.reshape(-1, x.shape[-1])[order], lstm.w_in[:, None])
+        for lstm, x in zip(lstms, inputs, strict=True)
+    ]
+    steps = mx.concatenate(parts) if len(parts) > 1 else parts[0]  # (2n, T, utterances, 4H)
+    outputs = _states(lstms[0], steps, _stacked_recurrence(tuple(lstms))[:, None])
+    out = mx.concatenate(outputs, axis=1) if length > 1 else outputs[0]  # (2n, T, utts, H)
+    out = out.reshape(-1, hidden)  # direction d's step t for utterance b: (d T + t) B + b
+    utterance = np.arange(batch)[:, None]
+    return [
+        out[
+            mx.array(
+                np.stack(
+                    [
+                        (2 * k * length + t.T) * batch + utterance,
+                        ((2 * k + 1) * length + back.T) * batch + utterance,
+                    ],
+                    axis=-1,
+                ).astype(np.int32)
+            )
+        ].reshape(batch, length, 2 * hidden)
         for k in range(len(lstms))
     ]
 

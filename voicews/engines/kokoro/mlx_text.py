@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 
 import mlx.core as mx
+import numpy as np
 
 from ..mlx_piper.layers import leaky_relu
 from .mlx_layers import BiLSTM, Linear, Weights, layer_norm, same_conv
@@ -69,23 +70,33 @@ class Albert:
         self.layers, self.heads = layers, heads
 
     def embed(self, ids: mx.array) -> mx.array:
-        x = self.word[ids] + self.token_type + self.position[: ids.shape[0]]
+        x = self.word[ids] + self.token_type + self.position[: ids.shape[-1]]
         return self.mapping(layer_norm(x, *self.emb_norm, 1e-12))
 
-    def layer(self, x: mx.array) -> mx.array:
-        """One call of the shared layer (no mask: a batch of one has no padding)."""
-        length, head_dim = x.shape[0], x.shape[1] // self.heads
-        qkv = self.qkv(x).reshape(length, 3, self.heads, head_dim).transpose(1, 2, 0, 3)
-        q, k, v = mx.split(qkv, 3)  # (1, heads, T, head_dim) each
-        p = mx.softmax(q @ k.swapaxes(-1, -2), axis=-1)
-        context = (p @ v).transpose(2, 0, 1, 3).reshape(length, -1)
-        x = layer_norm(x + self.dense(context), *self.attn_norm, 1e-12)
+    def layer(self, x: mx.array, padding: mx.array | None = None) -> mx.array:
+        """One call of the shared layer on ``(T, C)``, or on a padded batch ``(utterances, T,
+        C)`` whose ``padding`` (``(utterances, 1, 1, T)``: minus infinity past each one's
+        tokens) keeps every utterance's attention on its own tokens."""
+        *lead, length, channels = x.shape
+        n, head_dim = len(lead), channels // self.heads
+        qkv = self.qkv(x).reshape(*lead, length, 3, self.heads, head_dim)
+        qkv = qkv.transpose(n + 1, *range(n), n + 2, n, n + 3)
+        q, k, v = mx.split(qkv, 3)  # (1, *lead, heads, T, head_dim) each
+        scores = q @ k.swapaxes(-1, -2)
+        p = mx.softmax(scores if padding is None else scores + padding, axis=-1)
+        context = (p @ v).transpose(*range(1, n + 1), n + 2, 0, n + 1, n + 3)
+        x = layer_norm(x + self.dense(context.reshape(*lead, length, -1)), *self.attn_norm, 1e-12)
         return layer_norm(x + self.ffn_output(gelu_scaled(self.ffn(x))), *self.out_norm, 1e-12)
 
-    def __call__(self, ids: mx.array) -> mx.array:
+    def __call__(self, ids: mx.array, lengths: list[int] | None = None) -> mx.array:
+        """``ids`` ``(T,)``, or ``(utterances, T)`` padded past ``lengths``."""
+        padding = None
+        if lengths is not None:
+            past = np.arange(ids.shape[-1])[None, :] >= np.asarray(lengths)[:, None]
+            padding = mx.array(np.where(past, -np.inf, 0.0).astype(np.float32)[:, None, None])
         x = self.embed(ids)
         for _ in range(self.layers):
-            x = self.layer(x)
+            x = self.layer(x, padding)
         return x
 
 
@@ -102,13 +113,15 @@ class TextEncoder:
         ]
         self.lstm = BiLSTM(w, "text_encoder.lstm")
 
-    def lstm_input(self, ids: mx.array) -> mx.array:
+    def lstm_input(self, ids: mx.array, mask: mx.array | None = None) -> mx.array:
         """What the BiLSTM reads ``(T, 512)``: run apart where the LSTM runs with another.
-        The convolutions run batched ``(1, T, C)``: MLX's take that layout as is."""
-        x = self.embedding[ids][None]
+        The convolutions run batched ``(1, T, C)``: MLX's take that layout as is. Or a padded
+        batch: ``ids`` ``(utterances, T)``, ``mask`` ``(utterances, T, 1)`` one on each one's
+        tokens, zero past them (what a convolution reads there, as alone)."""
+        x = self.embedding[ids] if mask is not None else self.embedding[ids][None]
         for conv, norm in zip(self.convs, self.norms, strict=True):
-            x = leaky_relu(layer_norm(conv(x), *norm, 1e-5), 0.2)
-        return x.reshape(x.shape[1:])
+            x = leaky_relu(layer_norm(conv(x if mask is None else x * mask), *norm, 1e-5), 0.2)
+        return x if mask is not None else x.reshape(x.shape[1:])
 
     def __call__(self, ids: mx.array) -> mx.array:
         return self.lstm(self.lstm_input(ids))
