@@ -43,6 +43,10 @@ SCENARIOS: dict[str, tuple[str, str]] = {
         "conversations one box keeps smooth (lone, burst, staggered), against wyoming-piper",
     ),
     "lanes": ("bench.capacity.lanes", "lane counts side by side, the same load on each"),
+    "planner_load": (
+        "bench.capacity.planner_load",
+        "what reading the worker's load costs the event loop at 16 to 1024 conversations",
+    ),
     "simulate": (
         "bench.capacity.simulate",
         "the worker's scheduling policies through the real sessions, in simulated time",

@@ -35,7 +35,7 @@ from voicews.compute.jobs import (
     Work,
     synthesis,
 )
-from voicews.compute.planning import WAIT_HALF_LIFE, Planner, next_job
+from voicews.compute.planning import LOAD_FRESH, WAIT_HALF_LIFE, Planner, next_job
 from voicews.compute.stats import OVERLOAD_BUSY, OVERLOAD_WAIT, WINDOW, WorkerStats
 from voicews.core.cost import DEFAULT_PRIOR, Cost
 from voicews.core.pacing import Load
@@ -346,7 +346,7 @@ def test_a_cancelled_job_stops_at_its_next_step_and_its_generator_is_closed_ther
 
     def cancel_after_the_first_chunk(event: JobEvent) -> None:
         record(event)
-        ComputeWorker.cancel(job)
+        worker.cancel(job)
 
     job.on_event = cancel_after_the_first_chunk
     worker.submit(job)
@@ -363,7 +363,7 @@ def test_a_job_cancelled_while_queued_never_runs(worker: ComputeWorker, engine: 
     gate = hold(worker, engine, rec)
     queued = rec.speak("queued", "never")
     worker.submit(queued)
-    ComputeWorker.cancel(queued)
+    worker.cancel(queued)
     worker.submit(rec.speak("probe", "p", deadline=1.0))
     gate.go.set()
     rec.wait(2)
@@ -385,7 +385,7 @@ def test_jobs_left_when_the_worker_stops_are_closed_on_its_thread(
     gate.go.set()
     assert mid.reached.wait(WAIT)
     assert engine.computed[-2:] == ["a", "x"]
-    ComputeWorker.cancel(other)  # queued, started
+    worker.cancel(other)  # queued, started
     stopper = threading.Thread(target=worker.stop)
     stopper.start()
     while not worker._stopping:
@@ -519,6 +519,28 @@ def test_crowded_while_more_listeners_have_audio_in_hand_than_the_worker_has_lan
     assert (plan.listeners(1.5), plan.load(1.5).crowded) == (3, True)
     assert (plan.listeners(2.5), plan.load(2.5).crowded) == (2, False)  # the first has heard all
     assert plan.listeners(4.0) == 0
+
+
+def test_a_reading_of_the_load_is_kept_until_the_queue_changes_or_it_grows_old() -> None:
+    """Sessions read the load after every event and frame: a reading is kept while nothing it
+    reads changed and it is at most ``LOAD_FRESH`` old; a submission or a cancellation (which
+    the sessions reading next must see) makes the next one fresh."""
+    now = [10.0]
+    worker, rec = ComputeWorker(Costed, clock=lambda: now[0]), Recorder()  # never started
+    first = worker.load()
+    now[0] += LOAD_FRESH / 2
+    assert worker.load() is first
+    now[0] += LOAD_FRESH
+    kept = worker.load()
+    assert kept is not first  # too old
+    job = rec.job("s", synthesis("Hello there.", SynthesisOptions()), deadline=11.0)
+    job.chars = 12
+    worker.submit(job)
+    submitted = worker.load()
+    assert submitted is not kept and len(submitted.queue) == 1 and not submitted.idle
+    assert worker.load() is submitted
+    worker.cancel(job)
+    assert worker.load().queue == ()
 
 
 def test_a_cheap_segment_of_a_playing_listener_goes_before_a_late_first_segment() -> None:

@@ -114,10 +114,11 @@ class ComputeWorker:
             self._plan.add(job, self._clock())
             self._cond.notify_all()  # a pinned job waits for its own lane
 
-    @staticmethod
-    def cancel(job: Job) -> None:
+    def cancel(self, job: Job) -> None:
         """Stop a job: it is skipped if queued, and stopped at its next chunk if running."""
-        job.cancelled = True
+        with self._cond:
+            job.cancelled = True
+            self._plan.changed()
 
     @property
     def queued(self) -> int:
@@ -165,6 +166,7 @@ class ComputeWorker:
             with self._cond:
                 self._plan.lanes = lanes
                 self._plan.costs = CostModel(PRIORS.get(engine.name, DEFAULT_PRIOR))
+                self._plan.changed()
         except BaseException as exc:
             self._load_error = exc
             self._ready.set()
