@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import random
+
 import pytest
 
 from voicews.core.cost import DEFAULT_PRIOR, Cost
-from voicews.core.pacing import BUSY_JOB, FIRST_AUDIO, HORIZON, LEAD_CHARS, Load, Pacing
+from voicews.core.pacing import BUSY_JOB, FIRST_AUDIO, HORIZON, LEAD_CHARS, Load, Pacing, waits
 from voicews.text.segmenter import Fit, Urgency
 
 COST = Cost(fixed=0.1, per_char=0.005)
@@ -215,3 +217,15 @@ def test_the_next_words_wait_counts_what_of_it_is_in_hand_while_calm() -> None:
         ahead = 0.05  # about to run dry
         assert pacing.fit(ahead, critical=True).lone  # a whole word's wait: too long
         assert pacing.fit(ahead, critical=True, partial=3).lone is lone_with_partial
+
+
+def test_a_reading_answers_a_segments_wait_as_the_queue_sums_it() -> None:
+    """``Load.waits`` (running sums, bisected: sessions ask it several times an event) gives
+    what summing the queue gives, at every due time and between them, ties included."""
+    rng = random.Random(4)
+    dues = sorted(round(rng.uniform(-0.5, 3.0), 2) for _ in range(40))
+    queue = tuple((at, rng.uniform(0.01, 0.3)) for at in dues)
+    load = Load(0.0, DEFAULT_PRIOR, queue=queue)
+    for due in [-1.0, *dues, *(at + 0.0005 for at in dues), *(at - 0.005 for at in dues), 9.0]:
+        assert load.waits(due) == pytest.approx(waits(queue, due), abs=1e-12)
+    assert Load(0.0, DEFAULT_PRIOR).waits(1.0) == 0.0

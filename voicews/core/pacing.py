@@ -13,8 +13,10 @@ the segments stay whole sentences, so the stalls are as few as can be and fall b
 from __future__ import annotations
 
 import math
+from bisect import bisect_right
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from itertools import accumulate
 
 from ..text.segmenter import Fit, Urgency
 from .arrival import Arrival, Rates
@@ -90,6 +92,20 @@ class Load:
     crowded: bool = False
     """More listeners hear audio the worker computed than it has lanes (``Planner.listeners``):
     however calm the queue is now, their next segments may all come due at once."""
+    _dues: tuple[float, ...] = field(init=False, repr=False, compare=False)
+    _totals: tuple[float, ...] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        # The queue's due times and running sums of its compute, once: every session shares
+        # a reading, and asks it a segment's wait several times an event.
+        object.__setattr__(self, "_dues", tuple(at for at, _ in self.queue))
+        object.__setattr__(self, "_totals", tuple(accumulate(s for _, s in self.queue)))
+
+    def waits(self, due: float) -> float:
+        """``waits(queue, due)``, by bisection of the due times (the queue is due first first):
+        a session asks it with the event loop's time, and a queue of hundreds took as long."""
+        before = bisect_right(self._dues, due + _SLACK)
+        return self._totals[before - 1] if before else 0.0
 
 
 class Pacing:
@@ -102,7 +118,7 @@ class Pacing:
         self._wait = 0.0
         self._idle = False
         self._backlog = 0.0
-        self._queue: Queue = ()
+        self._load = Load(0.0, DEFAULT_PRIOR)
         self._crowded = False
         self._late = 0.0
         self._audio_per_char = 1 / _CHARS_PER_SECOND
@@ -114,7 +130,7 @@ class Pacing:
         segment asked for would start at once), the backlog a first segment asked for now
         would wait, and the queue a later segment waits in, as far as it is due before it."""
         self._cost, self._wait, self._idle = load.cost, load.wait, load.idle
-        self._backlog, self._queue, self._crowded = load.backlog, load.queue, load.crowded
+        self._backlog, self._load, self._crowded = load.backlog, load, load.crowded
 
     def observe(self, seconds: float, chars: int, expected_wait: float = 0.0) -> None:
         """A segment of ``chars`` gave its first audio ``seconds`` after it was asked for, when
@@ -129,7 +145,7 @@ class Pacing:
     def queue_wait(self, ahead: float | None) -> float:
         """Seconds a segment asked for now and due in ``ahead`` waits for the worker, as the
         queue says (None: a turn's first, as ``backlog`` says)."""
-        return self._backlog if ahead is None else waits(self._queue, ahead)
+        return self._backlog if ahead is None else self._load.waits(ahead)
 
     def heard(self, chars: int, seconds: float) -> None:
         """A segment of ``chars`` gave ``seconds`` of audio (at the session's voice and
