@@ -316,7 +316,8 @@ def test_bilstms_run_together_as_each_alone(compiled: bool) -> None:
 def test_bilstms_over_padded_utterances_are_each_alone(compiled: bool) -> None:
     """Two BiLSTMs over a padded batch of utterances of 5, 9 and 1 steps (sentences begun
     together): each utterance's output, its backward direction from its own last step, is
-    what it has alone, whatever the padding holds."""
+    what it has alone, whatever the padding holds (compiled, as on a GPU, the three step as
+    four: a power of two)."""
     rng = np.random.default_rng(2)
     hidden, lengths = 8, [5, 9, 1]
     lstms = [BiLSTM(random_bilstm(rng, n, hidden), "m", compiled=compiled) for n in (6, 3)]

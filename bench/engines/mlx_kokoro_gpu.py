@@ -36,8 +36,12 @@ import mlx.core as mx
 from bench.engines.mlx_ops_gpu import Report, median_seconds
 from voicews.engines.base import SynthesisOptions, WordStarts
 from voicews.engines.kokoro.assets import DEFAULT_VOICE, load_voice, style
-from voicews.engines.kokoro.mlx_engine import SAMPLES_PER_FRAME, MlxKokoroEngine, Sentence
-from voicews.engines.kokoro.mlx_model import Prosody
+from voicews.engines.kokoro.mlx_engine import (
+    SAMPLES_PER_FRAME,
+    MlxKokoroEngine,
+    Sentence,
+    evaluate,
+)
 from voicews.engines.kokoro.phonemes import PAD, phonemize, tokenize
 from voicews.engines.kokoro.timing import tail
 
@@ -78,10 +82,6 @@ def alone(engine: MlxKokoroEngine, text: str, repeats: int) -> dict[str, Any]:
     }
 
 
-def evaluated(made: list[Prosody]) -> None:
-    mx.eval(*[x for p in made for x in (p.asr, p.f0, p.n)])
-
-
 def together(
     engine: MlxKokoroEngine, sentence: Sentence, streams: int, repeats: int
 ) -> dict[str, Any]:
@@ -93,10 +93,10 @@ def together(
     row: dict[str, Any] = {"streams": streams, "audio_s": round(seconds, 3)}
 
     def one_by_one() -> None:
-        evaluated([engine.begin([sentence])[0] for _ in range(streams)])
+        evaluate([engine.begin([sentence])[0] for _ in range(streams)])
 
     def begun() -> None:
-        evaluated(engine.begin([sentence] * streams))
+        evaluate(engine.begin([sentence] * streams))
 
     def decode() -> None:
         row_style = sentence.style[:128]

@@ -220,7 +220,18 @@ class MlxKokoroEngine:
             self.decode_windows(
                 [self._utterance(p, s) for p, s in zip(made, sentences, strict=True)]
             )
+            together = 4  # the compiled LSTM step at every power of two up to a full batch
+            while together < 2 * self.max_batch:
+                evaluate(self.begin(sentences[:1] * together))
+                together *= 2
         return time.perf_counter() - start
+
+
+def evaluate(made: Sequence[Prosody]) -> None:
+    """Compute the lazy decoder inputs of ``made`` now."""
+    import mlx.core as mx
+
+    mx.eval(*[x for p in made for x in (p.asr, p.f0, p.n)])
 
 
 def _at_level(audio: Audio, gain: float) -> Audio:

@@ -510,17 +510,22 @@ def _padded_bilstms(
         for lstm, x in zip(lstms, inputs, strict=True)
     ]
     steps = mx.concatenate(parts) if len(parts) > 1 else parts[0]  # (2n, T, utterances, 4H)
+    # A compiled step (a GPU's) is traced and built once per shape, and sessions begin
+    # sentences in any number: rows of zeros up to a power of two keep its shapes to a few.
+    width = batch if lstms[0].step is lstm_step else 1 << (batch - 1).bit_length()
+    if width > batch:
+        steps = mx.pad(steps, [(0, 0), (0, 0), (0, width - batch), (0, 0)])
     outputs = _states(lstms[0], steps, _stacked_recurrence(tuple(lstms))[:, None])
-    out = mx.concatenate(outputs, axis=1) if length > 1 else outputs[0]  # (2n, T, utts, H)
-    out = out.reshape(-1, hidden)  # direction d's step t for utterance b: (d T + t) B + b
+    out = mx.concatenate(outputs, axis=1) if length > 1 else outputs[0]  # (2n, T, width, H)
+    out = out.reshape(-1, hidden)  # direction d's step t for row b: (d T + t) width + b
     utterance = np.arange(batch)[:, None]
     return [
         out[
             mx.array(
                 np.stack(
                     [
-                        (2 * k * length + t.T) * batch + utterance,
-                        ((2 * k + 1) * length + back.T) * batch + utterance,
+                        (2 * k * length + t.T) * width + utterance,
+                        ((2 * k + 1) * length + back.T) * width + utterance,
                     ],
                     axis=-1,
                 ).astype(np.int32)
