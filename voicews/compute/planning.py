@@ -150,10 +150,10 @@ class Planner:
     def take(self, lane: int, now: float) -> tuple[Job | None, list[Job]]:
         """The job due first that ``lane`` may start now, or the cancelled jobs it should
         close first; (None, []) when it must wait."""
-        self.changed()
         dropped = [job for job in self.queue if job.cancelled and job._lane in (None, lane)]
         if dropped:
             self.queue = [job for job in self.queue if job not in dropped]
+            self.changed()
             return None, dropped
         startable = [
             job for job in self.queue if job._lane in (None, lane) and self._may_start(job, now)
@@ -161,6 +161,7 @@ class Planner:
         job = next_job(startable, self.costs.estimate(now), now)
         if job is None:
             return None, []
+        self.changed()
         self.queue.remove(job)
         self.running += 1
         if job.pinned:

@@ -406,6 +406,7 @@ class BiLSTM:
         self.w_h = mx.array(np.stack([w_hh[0].T, w_hh[1].T]))  # (2, H, 4H)
         if compiled is None:  # fused on a GPU (one graph: every step has the same shapes)
             compiled = mx.default_device() != mx.cpu
+        self.compiled = compiled
         self.step = _compiled_step if compiled else lstm_step
         self.start = _compiled_start if compiled else lstm_start
 
@@ -512,7 +513,7 @@ def _padded_bilstms(
     steps = mx.concatenate(parts) if len(parts) > 1 else parts[0]  # (2n, T, utterances, 4H)
     # A compiled step (a GPU's) is traced and built once per shape, and sessions begin
     # sentences in any number: rows of zeros up to a power of two keep its shapes to a few.
-    width = batch if lstms[0].step is lstm_step else 1 << (batch - 1).bit_length()
+    width = 1 << (batch - 1).bit_length() if lstms[0].compiled else batch
     if width > batch:
         steps = mx.pad(steps, [(0, 0), (0, 0), (0, width - batch), (0, 0)])
     outputs = _states(lstms[0], steps, _stacked_recurrence(tuple(lstms))[:, None])

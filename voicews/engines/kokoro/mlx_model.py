@@ -102,15 +102,12 @@ class Kokoro:
         lengths = [len(t) for t in tokens]
         width = max(lengths)
         ids = mx.array(np.array([[*t, *[0] * (width - len(t))] for t in tokens], np.int32))
-        mask = np.arange(width)[None, :] < np.array(lengths)[:, None]
+        mask = Lengths(lengths).mask(width)[0]  # (sentences, width, 1): one on their tokens
         styles = mx.stack([s.style[128:] for s in sentences])
         features, encoded = self.predictor.features_alongside(
             self.bert(ids, lengths),
             styles,
-            (
-                self.text_encoder.lstm,
-                self.text_encoder.lstm_input(ids, mx.array(mask[..., None].astype(np.float32))),
-            ),
+            (self.text_encoder.lstm, self.text_encoder.lstm_input(ids, mask)),
             lengths,
         )
         assert encoded is not None
@@ -122,24 +119,17 @@ class Kokoro:
         spans = Lengths([int(f.sum()) for f in frames])
         # Each utterance's tokens repeated to its frames, in the flattened batch; the padding
         # repeats its first row (what it holds is masked out wherever it would be read).
+        counts = spans.frames.tolist()
         index = np.zeros((len(frames), spans.padded), np.int32)
-        for i, f in enumerate(frames):
-            index[i, : f.sum()] = np.repeat(np.arange(len(f)), f) + i * width
+        for i, (f, count) in enumerate(zip(frames, counts, strict=True)):
+            index[i, :count] = np.repeat(np.arange(len(f)), f) + i * width
         f0, n = self.predictor.f0_n(
             features.reshape(-1, features.shape[-1])[mx.array(index)], styles, spans
         )
         flat = encoded.reshape(-1, encoded.shape[-1])
         return [
-            _cropped(
-                f,
-                index[i, : f.sum()],
-                flat,
-                f0[i, : 2 * f.sum()],
-                n[i, : 2 * f.sum()],
-                LEAD_FRAMES,
-                s.tail,
-            )
-            for i, (f, s) in enumerate(zip(frames, sentences, strict=True))
+            _cropped(f, index[i, :c], flat, f0[i, : 2 * c], n[i, : 2 * c], LEAD_FRAMES, s.tail)
+            for i, (f, c, s) in enumerate(zip(frames, counts, sentences, strict=True))
         ]
 
     def decode(self, prosody: Prosody, style: mx.array) -> mx.array:
