@@ -1,7 +1,7 @@
-"""Kokoro's adaptive norms and snake squares fused into single kernels
-(``voicews.engines.kokoro.fused``), on a small graph spelled as the export spells them: the
-same outputs to float rounding, none of the nodes they replace left, and nothing fused outside
-the scope or where a norm's reader is not the style's affine."""
+"""Kokoro's adaptive norms and snake squares fused into single kernels, and its STFT as a
+convolution (``voicews.engines.kokoro.fused``), on small graphs spelled as the export spells
+them: the same outputs to float rounding, none of the nodes they replace left, and nothing fused
+outside the scope or where a norm's reader is not the style's affine."""
 
 from __future__ import annotations
 
@@ -117,3 +117,46 @@ def test_norms_and_squares_become_single_kernels_with_the_same_outputs() -> None
     assert ops["Div"] == 2  # the out-of-scope norm's, and the plain one (no norm)
     for before, after in zip(run(shipped), run(fused), strict=True):
         np.testing.assert_allclose(after, before, rtol=1e-5, atol=1e-5)
+
+
+def test_a_one_sided_stft_becomes_a_convolution_with_the_same_spectrum() -> None:
+    """The generator's STFT (a periodic Hann window of 20 points, hop 5) over a signal shaped as
+    the export shapes it; a two-sided one is left as it is."""
+    node = helper.make_node
+    window = (0.5 - 0.5 * np.cos(2 * np.pi * np.arange(20) / 20)).astype(np.float32)
+    graph = helper.make_graph(
+        [
+            node("STFT", ["x", "hop", "window", "size"], ["one"], "/gen/STFT", onesided=1),
+            node("STFT", ["x", "hop", "window", "size"], ["two"], "/gen/STFT_1", onesided=0),
+        ],
+        "stft",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, None, 1])],
+        [helper.make_tensor_value_info(name, TensorProto.FLOAT, None) for name in ("one", "two")],
+        [
+            numpy_helper.from_array(np.array(5, np.int64), "hop"),
+            numpy_helper.from_array(window, "window"),
+            numpy_helper.from_array(np.array(20, np.int64), "size"),
+        ],
+    )
+    shipped = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    fused = onnx.ModelProto()
+    fused.CopyFrom(shipped)
+    fuse(fused, SCOPE)
+    assert Counter(n.op_type for n in fused.graph.node)["STFT"] == 1
+    signal = np.random.default_rng(2).normal(size=(1, 2403, 1)).astype(np.float32)
+    before, after = (
+        onnxruntime.InferenceSession(p.SerializeToString(), providers=["CPUExecutionProvider"]).run(
+            None, {"x": signal}
+        )
+        for p in (shipped, fused)
+    )
+    frames = np.lib.stride_tricks.sliding_window_view(signal[0, :, 0], 20)[::5]
+    spectrum = np.fft.rfft(frames.astype(np.float64) * window, axis=-1)
+    exact = np.stack([spectrum.real, spectrum.imag], axis=-1)[None]
+    assert after[0].shape == before[0].shape == exact.shape == (1, 477, 11, 2)
+    # onnxruntime's own transform is off by up to ~1e-5 (spectra of ~10): the sums are closer.
+    np.testing.assert_allclose(before[0], exact, atol=5e-5)
+    np.testing.assert_allclose(after[0], exact, atol=5e-6)
+    # DC and Nyquist: imaginary parts above zero, so the export reads PyTorch's angle from them.
+    assert (after[0][..., [0, 10], 1] > 0).all()
+    np.testing.assert_array_equal(after[1], before[1])

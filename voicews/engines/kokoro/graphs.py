@@ -9,8 +9,8 @@ holds them, found as :mod:`.mlx_weights` finds them) and the float bias; nodes l
 consumer go. :func:`static_graph` quantizes the generator's convolutions in that float graph
 again, statically: int8 weights per output channel, and the activation ranges shipped in
 :mod:`.calibration` (measured once by :func:`calibrate`), so no input is re-quantized at run
-time. Both write the generator's adaptive norms as single kernels first (:mod:`.fused`). The
-weights are the shipped ones: nothing is retrained or downloaded.
+time. Both write the generator's adaptive norms as single kernels and its STFT as a convolution
+first (:mod:`.fused`). The weights are the shipped ones: nothing is retrained or downloaded.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from .fused import fuse
 
 log = logging.getLogger(__name__)
 
-FORMAT_VERSION = 3
+FORMAT_VERSION = 4
 """Bump when a conversion changes, so a stale graph is made again."""
 
 STATIC = re.compile(r"^/decoder/decoder/generator/(resblocks|noise_res)\.")
