@@ -75,6 +75,10 @@ SCENARIOS: dict[str, tuple[str, str]] = {
         "bench.engines.kokoro_tail",
         "Kokoro's pieces with their trailing silence cropped against whole: compute, level, DNSMOS",
     ),
+    "kokoro_pair": (
+        "bench.engines.kokoro_pair",
+        "two Kokoro graphs judged in pairs over held-out sentences in every voice: DNSMOS, WER",
+    ),
     "kokoro_cost": (
         "bench.engines.kokoro_cost",
         "Kokoro's cost per inference against its length, beside Piper's: the first segment's",
