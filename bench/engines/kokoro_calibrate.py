@@ -3,7 +3,7 @@
     python -m bench kokoro_calibrate            # ~3 min on 2 busy cores: writes the package's file
     python -m bench kokoro_calibrate --check    # compares, writes nothing
 
-Runs every calibration sentence in every shipped voice through the model with its generator's
+Runs every calibration sentence in every shipped voice through the model with its decoder's
 convolutions in float (``voicews.engines.kokoro.graphs.calibrate``) and writes the ranges with
 the model's sha256 to ``voicews/engines/kokoro/static_ranges.json``, which the static graph is
 built from at first use. Run it when the model, the calibration sentences, the voices or the

@@ -6,8 +6,9 @@ token come from the graph (:mod:`.timing`, which also crops the leading pad's si
 decoder, and the silence after each piece's last sound where the options ask for speed): each
 frame is 600 samples, so the words are placed on them as for Piper. The exported
 graph has no random ops (its noise is fixed): the same text, voice and speed give the same
-audio. The graph run is the shipped one with its generator's residual blocks quantized
-statically (:mod:`.graphs`): 0.5-0.8 of the compute per second of audio, the same words heard.
+audio. The graph run is the shipped one with its decoder's convolutions (most of its compute)
+quantized statically (:mod:`.graphs`): 0.5-0.8 of the compute per second of audio, the same
+words heard.
 """
 
 from __future__ import annotations
@@ -54,7 +55,7 @@ class KokoroEngine:
         graph: Path | None = None,
         lead_frames: int | None = LEAD_FRAMES,
     ) -> None:
-        """``graph``: the ONNX graph to run; by default the shipped one with its generator
+        """``graph``: the ONNX graph to run; by default the shipped one with its decoder
         quantized statically (:func:`.graphs.static_graph`, made at first use).
         ``lead_frames``: the leading pad's cap (:data:`.assets.LEAD_FRAMES`; None: the
         model's own)."""

@@ -6,10 +6,10 @@ LSTMs are ``DynamicQuantizeLSTM``. :func:`float_graph` turns each integer node, 
 input's quantization, its integer bias and its rescaling, into the float node over the
 dequantized weight ``(q - zero_point) * scale`` (the scales as the graph's rescaling ``Mul``
 holds them, found as :mod:`.mlx_weights` finds them) and the float bias; nodes left without a
-consumer go. :func:`static_graph` quantizes the generator's convolutions in that float graph
+consumer go. :func:`static_graph` quantizes the decoder's convolutions in that float graph
 again, statically: int8 weights per output channel, and the activation ranges shipped in
 :mod:`.calibration` (measured once by :func:`calibrate`), so no input is re-quantized at run
-time. Both write the generator's adaptive norms as single kernels and its STFT as a convolution
+time. Both write the decoder's adaptive norms as single kernels and its STFT as a convolution
 first (:mod:`.fused`). The weights are the shipped ones: nothing is retrained or downloaded.
 """
 
@@ -33,13 +33,14 @@ from .fused import fuse
 
 log = logging.getLogger(__name__)
 
-FORMAT_VERSION = 4
+FORMAT_VERSION = 5
 """Bump when a conversion changes, so a stale graph is made again."""
 
-STATIC = re.compile(r"^/decoder/decoder/generator/(resblocks|noise_res)\.")
+STATIC = re.compile(r"^/decoder/decoder/(generator/(resblocks|noise_res)\.|encode/|decode\.)")
 """The nodes :func:`static_graph` quantizes statically: the generator's residual blocks, most
-of the model's compute (the rest is as shipped; quantizing every convolution statically lost
-words, WER 0.16-0.23 against 0.00-0.06)."""
+of the model's compute, and the decoder's blocks before it (4-5% of a sentence's compute on one
+thread, the same speech judged in pairs: ``docs/engines.md``). The rest is as shipped:
+quantizing every convolution statically lost words, WER 0.16-0.23 against 0.00-0.06."""
 
 
 def _derived(model: Path, kind: str) -> Path:
@@ -64,7 +65,7 @@ def float_graph(model: Path) -> Path:
 
 
 def static_graph(model: Path) -> Path:
-    """``model`` with the generator's residual convolutions (:data:`STATIC`) quantized
+    """``model`` with the decoder's convolutions (:data:`STATIC`) quantized
     statically, made once into the cache from the shipped ranges (:mod:`.calibration`;
     seconds), or calibrated where those are another model's or this onnxruntime cannot take
     them (minutes)."""
@@ -115,8 +116,8 @@ def _generator_in_float(model: Path) -> tuple[Any, list[Any]]:
 
 
 def _fuse(model: Any) -> None:
-    """The generator's norms and squares as single kernels (:mod:`.fused`): 0.94 of the
-    compute per second of audio on one thread."""
+    """The decoder's norms and squares as single kernels, and its STFT as a convolution
+    (:mod:`.fused`)."""
     fuse(model, STATIC)
 
 
