@@ -488,14 +488,20 @@ async def test_long_tokens_cost_what_ordinary_text_costs() -> None:
 async def test_memory_a_long_input_takes_is_given_back_once_it_is_spoken() -> None:
     """A long input's inferences are the largest the engine runs (the session-abuse family
     grew the process by 126 MiB through them and kept it all, with no client left): once it
-    has been spoken the process is back within 48 MiB of where it was, calm sessions alike."""
+    has been spoken the process is back within 48 MiB of where it was, calm sessions alike.
+    This process also holds what every earlier test left running down: once in a full suite
+    it read 76 MiB a second after, so it is read again, for a few seconds, until it settles."""
     async with running(hardened()) as srv:
         for _ in range(3):
             await hostile.calm_turn(srv.url)
         before = rss_now()
         calm, turn = await alongside(srv.url, hostile.speak(srv.url, "你好" * 40), delay=0.2)
         assert turn.done is not None and turn.duration > 20
-        await asyncio.sleep(1)
-        kept = (rss_now() - before) / 2**20
+        settled = time.monotonic() + 5
+        while True:
+            await asyncio.sleep(0.5)
+            kept = (rss_now() - before) / 2**20
+            if kept < 48 or time.monotonic() > settled:
+                break
         print(f"32.4 {turn.duration:.0f} s of a long input: RSS {kept:+.0f} MiB after; calm {calm}")
         assert kept < 48
