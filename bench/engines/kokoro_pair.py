@@ -27,7 +27,7 @@ import numpy as np
 
 from bench.common import REPLIES
 from bench.engines.kokoro_ab import EVAL
-from bench.engines.measures import Judges, as_heard, snr_db
+from bench.engines.measures import Judges, as_heard, level_db, snr_db
 from voicews.engines.base import SynthesisOptions
 from voicews.engines.kokoro import KokoroEngine
 from voicews.engines.kokoro.assets import voices
@@ -44,10 +44,6 @@ def render(engine: KokoroEngine, text: str, voice: str) -> np.ndarray:
     chunks = engine.synthesize(text, SynthesisOptions(voice=voice))
     audio = np.concatenate([c for c in chunks if isinstance(c, np.ndarray)])
     return as_heard(audio, engine.sample_rate)
-
-
-def level_db(audio: np.ndarray) -> float:
-    return 20 * math.log10(max(float(np.sqrt(np.mean(audio**2))), 1e-9))
 
 
 def paired(differences: list[float]) -> str:

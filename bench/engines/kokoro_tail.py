@@ -26,7 +26,7 @@ import numpy.typing as npt
 
 from bench.common import REPLIES
 from bench.engines.kokoro_ab import EVAL
-from bench.engines.measures import Judges, speech
+from bench.engines.measures import Judges, level_db, speech
 
 WINDOW = 0.3
 """Seconds of speech each side of a join whose loudness is compared."""
@@ -47,10 +47,6 @@ def boundary_of(segment: str) -> object:
 
     end = segment.rstrip()[-1:]
     return Boundary.SENTENCE if end in ".!?" else Boundary.CLAUSE if end in ",;:" else Boundary.WORD
-
-
-def db(audio: npt.NDArray[np.float32]) -> float:
-    return float(20 * np.log10(np.sqrt(np.mean(np.square(audio, dtype=np.float64))) + 1e-9))
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -91,7 +87,9 @@ def main(argv: Sequence[str] | None = None) -> None:
                     spent[name] += seconds
                     per_segment[name].append(seconds)
                     audio[name].append(clip)
-                shifts.append(db(speech(audio["lean"][-1])) - db(speech(audio["whole"][-1])))
+                shifts.append(
+                    level_db(speech(audio["lean"][-1])) - level_db(speech(audio["whole"][-1]))
+                )
             for name, clips in audio.items():
                 stitcher, out, starts = Stitcher(rate), [], []
                 for segment, clip in zip(cut, clips, strict=True):
@@ -104,7 +102,9 @@ def main(argv: Sequence[str] | None = None) -> None:
                 for at in starts[1:]:
                     before, after = speech(whole[max(0, at - window) : at]), speech(whole[at:])
                     if len(before) and len(after):
-                        steps[name].append(abs(db(before[-window:]) - db(after[:window])))
+                        steps[name].append(
+                            abs(level_db(before[-window:]) - level_db(after[:window]))
+                        )
                 heard = len(speech(whole)) / rate
                 per_second[name].append(spent[name] / heard)
                 joined[name].append((reply, whole))

@@ -47,6 +47,12 @@ def as_heard(audio: npt.ArrayLike, sample_rate: int) -> npt.NDArray[np.float32]:
     return np.concatenate([*parts, stitcher.finish()])
 
 
+def level_db(audio: npt.ArrayLike) -> float:
+    """RMS level in dB (full scale 0)."""
+    rms = np.sqrt(np.mean(np.square(np.asarray(audio), dtype=np.float64)))
+    return float(20 * np.log10(rms + 1e-9))
+
+
 def snr_db(test: npt.ArrayLike, reference: npt.ArrayLike) -> float:
     """Signal-to-noise ratio of ``test`` against ``reference`` in dB (inf when identical)."""
     t, r = np.asarray(test, np.float64), np.asarray(reference, np.float64)

@@ -72,7 +72,7 @@ def static_graph(model: Path) -> Path:
     out = _derived(model, "static")
     if out.is_file():
         return out
-    proto, convolutions = _generator_in_float(model)
+    proto, convolutions = _decoder_in_float(model)
     partial = out.with_name(f"{out.name}.float{os.getpid()}")
     tmp = out.with_name(f"{out.name}.tmp{os.getpid()}")
     ranges = shipped()
@@ -97,14 +97,14 @@ def calibrate(
 ) -> Ranges:
     """The ranges :func:`static_graph` needs, measured on ``model`` (minutes for every
     calibration sentence in every voice: :func:`.calibration.measure`)."""
-    proto, convolutions = _generator_in_float(model)
+    proto, convolutions = _decoder_in_float(model)
     with tempfile.TemporaryDirectory(prefix="voicews-kokoro-") as tmp:
         partial = Path(tmp) / "partial.onnx"
         partial.write_bytes(proto.SerializeToString())
         return measure(partial, sha256(model), _activations(convolutions), voices, sentences)
 
 
-def _generator_in_float(model: Path) -> tuple[Any, list[Any]]:
+def _decoder_in_float(model: Path) -> tuple[Any, list[Any]]:
     """``model`` with the :data:`STATIC` nodes in float, and its convolutions among them."""
     import onnx
 
