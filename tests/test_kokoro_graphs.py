@@ -80,6 +80,8 @@ def test_the_static_graph_quantizes_the_decoder_with_fixed_ranges(
     # residual blocks of a stage share one norm in the export, three here), the rest as shipped.
     assert made["InstanceNormalization"] == 48 + 10
     assert made["STFT"] == 0
+    # Their snakes read from tables (voicews.engines.kokoro.snakes), one per norm.
+    assert made["GatherElements"] == 48 and made["Sin"] == shipped["Sin"] - 48
     assert made["ReduceMean"] == shipped["ReduceMean"] - 2 * 54  # 54 norms, two read thrice
     audio, words = spoken(KokoroEngine(graph=static_graph(model_path())))
     reference, reference_words = int8

@@ -9,8 +9,9 @@ holds them, found as :mod:`.mlx_weights` finds them) and the float bias; nodes l
 consumer go. :func:`static_graph` quantizes the decoder's convolutions in that float graph
 again, statically: int8 weights per output channel, and the activation ranges shipped in
 :mod:`.calibration` (measured once by :func:`calibrate`), so no input is re-quantized at run
-time. Both write the decoder's adaptive norms as single kernels and its STFT as a convolution
-first (:mod:`.fused`). The weights are the shipped ones: nothing is retrained or downloaded.
+time, and reads the snake activations before them from tables (:mod:`.snakes`). Both write the
+decoder's adaptive norms as single kernels and its STFT as a convolution first (:mod:`.fused`).
+The weights are the shipped ones: nothing is retrained or downloaded.
 """
 
 from __future__ import annotations
@@ -30,10 +31,11 @@ from ...cache import cache_dir, file_key, write_atomically
 from .calibration import CALIBRATION, Ranges, measure, reader, sha256, shipped
 from .edges import Edges, keep_used
 from .fused import fuse
+from .snakes import tabulate
 
 log = logging.getLogger(__name__)
 
-FORMAT_VERSION = 5
+FORMAT_VERSION = 6
 """Bump when a conversion changes, so a stale graph is made again."""
 
 STATIC = re.compile(r"^/decoder/decoder/(generator/(resblocks|noise_res)\.|encode/|decode\.)")
@@ -85,6 +87,7 @@ def static_graph(model: Path) -> Path:
     try:
         write_atomically(partial, proto.SerializeToString())
         _quantize(partial, tmp, ranges if usable else None, [n.name for n in convolutions])
+        _tabulate(tmp)
         tmp.replace(out)
     finally:
         partial.unlink(missing_ok=True)
@@ -119,6 +122,15 @@ def _fuse(model: Any) -> None:
     """The decoder's norms and squares as single kernels, and its STFT as a convolution
     (:mod:`.fused`)."""
     fuse(model, STATIC)
+
+
+def _tabulate(path: Path) -> None:
+    """The snakes that the quantized convolutions of ``path`` read, as tables (:mod:`.snakes`)."""
+    import onnx
+
+    proto = onnx.load(str(path))
+    tabulate(proto)
+    path.write_bytes(proto.SerializeToString())
 
 
 def _activations(convolutions: list[Any]) -> set[str]:
