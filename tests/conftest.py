@@ -7,13 +7,18 @@ import contextlib
 import gc
 import os
 import re
+import signal
 import socket
+import subprocess
+import sys
 import threading
+import time
 import tracemalloc
 from collections import Counter
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass, replace
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -94,6 +99,39 @@ def rss_now() -> int:
     """Resident bytes as they are: no collection, no trim, so what the allocators keep counts."""
     with open("/proc/self/statm") as statm:
         return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def rss_of(pid: int) -> int:
+    """Another process's resident bytes, as :func:`rss_now` reads this one's."""
+    with open(f"/proc/{pid}/statm") as statm:
+        return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+LISTENING = re.compile(r"voicews: listening on ws://127\.0\.0\.1:(\d+)/")
+"""What ``voicews serve`` prints once it listens, with the port it bound."""
+
+
+@contextmanager
+def serving(log: Path, *args: str) -> Iterator[tuple[subprocess.Popen[bytes], int]]:
+    """``voicews serve`` in a process of its own on a free loopback port (its output in
+    ``log``), so what it holds is its own: the process and its port; SIGTERM after."""
+    command = [sys.executable, "-m", "voicews.cli", "serve", "--host", "127.0.0.1", "--port", "0"]
+    with log.open("wb") as out:
+        process = subprocess.Popen([*command, *args], stdout=out, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + timeout(30)
+        while (found := LISTENING.search(log.read_text(errors="replace"))) is None:
+            assert process.poll() is None, f"voicews exited:\n{log.read_text(errors='replace')}"
+            assert time.monotonic() < deadline, "voicews did not start"
+            time.sleep(0.05)
+        yield process, int(found[1])
+    finally:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(timeout(15))
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
 
 
 def resources() -> Resources:

@@ -26,7 +26,7 @@ from pathlib import Path
 import pytest
 from websockets.exceptions import ConnectionClosed
 
-from conftest import free_port, timeout
+from conftest import LISTENING, free_port, timeout
 from voicews.client import RealtimeClient, SpokenTurn
 from voicews.errors import CloseCode
 from voicews.protocol import AudioFrame, SegmentStarted
@@ -34,7 +34,6 @@ from voicews.protocol import AudioFrame, SegmentStarted
 CONF = Path(__file__).parent.parent / "deploy" / "nginx" / "voicews.conf"
 UPSTREAM_SERVER = re.compile(r"^(\s*server\s+)127\.0\.0\.1:\d+(\s)", re.MULTILINE)
 LISTEN = re.compile(r"^(\s*)listen\s+80;", re.MULTILINE)
-LISTENING = re.compile(r"voicews: listening on ws://127\.0\.0\.1:(\d+)/")
 SAMPLE_RATE = 22050
 # Port 0: each instance binds a free port itself and prints it.
 SERVE = [sys.executable, "-m", "voicews.cli", "serve", "--host", "127.0.0.1", "--port", "0"]
