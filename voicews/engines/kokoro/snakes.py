@@ -109,8 +109,11 @@ def find(edges: Edges, sin: Any) -> Snake | None:
     scale, zero = (edges.constant(name) for name in quantize.input[1:3])
     if scale is None or zero is None or scale.size != 1 or zero.dtype != np.uint8:
         return None
+    alphas, inverses = edges.array(a), edges.array(r)
+    if alphas.shape != inverses.shape or alphas.ndim != 3 or alphas.shape[::2] != (1, 1):
+        return None  # one per channel, (1, channels, 1), as the table is laid out
     return Snake(
-        norm, edges.array(a).ravel(), edges.array(r).ravel(), float(scale), int(zero),
+        norm, alphas.ravel(), inverses.ravel(), float(scale), int(zero),
         quantize.output[0], (scaled, sin, square, over, add, quantize),
     )  # fmt: skip
 
