@@ -97,16 +97,17 @@ ARENA_SLACK = 64 * 2**20
 
 def rss_now() -> int:
     """Resident bytes as they are: no collection, no trim, so what the allocators keep counts."""
-    with open("/proc/self/statm") as statm:
-        return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    return rss_of(os.getpid())
 
 
 def rss_of(pid: int) -> int:
-    """Another process's resident bytes, as :func:`rss_now` reads this one's."""
+    """A process's resident bytes, as they are."""
     with open(f"/proc/{pid}/statm") as statm:
         return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
 
+SERVE = [sys.executable, "-m", "voicews.cli", "serve", "--host", "127.0.0.1", "--port", "0"]
+"""``voicews serve`` on loopback; port 0: it binds a free one and prints it (``LISTENING``)."""
 LISTENING = re.compile(r"voicews: listening on ws://127\.0\.0\.1:(\d+)/")
 """What ``voicews serve`` prints once it listens, with the port it bound."""
 
@@ -115,9 +116,8 @@ LISTENING = re.compile(r"voicews: listening on ws://127\.0\.0\.1:(\d+)/")
 def serving(log: Path, *args: str) -> Iterator[tuple[subprocess.Popen[bytes], int]]:
     """``voicews serve`` in a process of its own on a free loopback port (its output in
     ``log``), so what it holds is its own: the process and its port; SIGTERM after."""
-    command = [sys.executable, "-m", "voicews.cli", "serve", "--host", "127.0.0.1", "--port", "0"]
     with log.open("wb") as out:
-        process = subprocess.Popen([*command, *args], stdout=out, stderr=subprocess.STDOUT)
+        process = subprocess.Popen([*SERVE, *args], stdout=out, stderr=subprocess.STDOUT)
     try:
         deadline = time.monotonic() + timeout(30)
         while (found := LISTENING.search(log.read_text(errors="replace"))) is None:

@@ -17,7 +17,6 @@ import re
 import shutil
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -26,7 +25,7 @@ from pathlib import Path
 import pytest
 from websockets.exceptions import ConnectionClosed
 
-from conftest import LISTENING, free_port, timeout
+from conftest import LISTENING, SERVE, free_port, timeout
 from voicews.client import RealtimeClient, SpokenTurn
 from voicews.errors import CloseCode
 from voicews.protocol import AudioFrame, SegmentStarted
@@ -35,8 +34,6 @@ CONF = Path(__file__).parent.parent / "deploy" / "nginx" / "voicews.conf"
 UPSTREAM_SERVER = re.compile(r"^(\s*server\s+)127\.0\.0\.1:\d+(\s)", re.MULTILINE)
 LISTEN = re.compile(r"^(\s*)listen\s+80;", re.MULTILINE)
 SAMPLE_RATE = 22050
-# Port 0: each instance binds a free port itself and prints it.
-SERVE = [sys.executable, "-m", "voicews.cli", "serve", "--host", "127.0.0.1", "--port", "0"]
 SHORT = "Hello there, how are you?"
 SPEECH = (
     "Streaming through the proxy. Each chunk should reach the listener as soon as it is "

@@ -85,8 +85,8 @@ def find(edges: Edges, sin: Any) -> Snake | None:
     made, readers = edges.producer, edges.consumers
     outputs = {o.name for o in edges.graph.output}
 
-    def only(name: str | None, op: str) -> Any:
-        found = {id(n): n for n in readers.get(name or "", [])}
+    def only(name: str, op: str) -> Any:
+        found = {id(n): n for n in readers.get(name, [])}
         node = next(iter(found.values())) if len(found) == 1 and name not in outputs else None
         return node if node is not None and node.op_type == op else None
 
