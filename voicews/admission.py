@@ -13,7 +13,7 @@ from dataclasses import replace
 from typing import Protocol
 
 from . import access, logs
-from .compute.execution import ComputeWorker
+from .compute.worker import Worker
 from .core.config import SessionConfig
 from .core.session import Session
 from .encoding import OutputFormat
@@ -29,7 +29,7 @@ class Connection(Protocol):
 
 
 class Admission:
-    def __init__(self, policy: access.AccessPolicy, max_sessions: int, worker: ComputeWorker):
+    def __init__(self, policy: access.AccessPolicy, max_sessions: int, worker: Worker):
         self.policy = policy
         self.max_sessions = max_sessions
         self.worker = worker

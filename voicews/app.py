@@ -18,8 +18,8 @@ from . import access, logs
 from .admission import Admission
 from .agent.server import AgentBackend
 from .asgi import Receive, Scope, Send, headers_of, refuse, refuse_websocket, respond
-from .compute.execution import ComputeWorker
 from .compute.jobs import Account
+from .compute.worker import Worker
 from .core.config import SessionConfig
 from .dialects import elevenlabs
 from .dialects.realtime import Closed, RealtimeConnection
@@ -60,7 +60,7 @@ class AppConfig:
 
 class VoicewsApp:
     def __init__(
-        self, config: AppConfig, worker: ComputeWorker, agent: AgentBackend | None = None
+        self, config: AppConfig, worker: Worker, agent: AgentBackend | None = None
     ) -> None:
         self.config = config
         self.worker = worker

@@ -14,6 +14,7 @@ from collections.abc import AsyncIterator
 from dataclasses import replace
 from pathlib import Path
 
+from . import fronts
 from .access import TOKENS_ENV, AccessPolicy, load_tokens
 from .client import RealtimeClient
 from .engines import BUNDLED_VOICE, ENGINES, engine_voices
@@ -42,6 +43,14 @@ def parser() -> argparse.ArgumentParser:
         "--lanes",
         type=int,
         help="inferences piper or kokoro runs side by side (default: one per core)",
+    )
+    serve.add_argument(
+        "--fronts",
+        type=_count,
+        default=1,
+        help="processes serving sessions, all fed by this one's engine: for hundreds of "
+        "conversations on a GPU, where one process's event loop is the limit (limits such as "
+        "--max-sessions are each front's; default 1: one process does both)",
     )
     serve.add_argument(
         "--phrase-cache-seconds",
@@ -205,10 +214,13 @@ def main(argv: list[str] | None = None) -> None:
             config = serve_config(args)
         except (ValueError, OSError) as exc:  # a voice, or a lexicon file, that will not do
             cli.error(f"serve: {exc}")
-        logging.basicConfig(
-            level=args.log_level, format="%(asctime)s level=%(levelname)s %(message)s"
-        )
-        asyncio.run(_serve(config))
+        if args.fronts > 1 and config.agent_model is not None:
+            cli.error("serve: agent mode runs its model in one process: not with --fronts")
+        logging.basicConfig(level=args.log_level, format=fronts.LOG_FORMAT.format(front=""))
+        if args.fronts > 1:
+            fronts.serve(config, args.fronts, args.log_level)
+        else:
+            asyncio.run(_serve(config))
     else:
         sys.exit(asyncio.run(_say(args)))
 

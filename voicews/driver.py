@@ -14,7 +14,6 @@ from collections.abc import Callable, Coroutine
 from functools import partial
 from typing import Any, TypeVar, assert_never
 
-from .compute.execution import ComputeWorker
 from .compute.jobs import (
     Account,
     Job,
@@ -27,6 +26,7 @@ from .compute.jobs import (
     Work,
     synthesis,
 )
+from .compute.worker import Worker
 from .core.events import Outgoing
 from .core.jobs import GenerationRequest, Request, SynthesisRequest
 from .core.session import Session
@@ -50,7 +50,7 @@ class SessionDriver:
     def __init__(
         self,
         session: Session,
-        worker: ComputeWorker,
+        worker: Worker,
         observe: Callable[[Session], None] = lambda _: None,
         generate: Generate | None = None,
         account: Account | None = None,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 
 from prometheus_client import (
     CollectorRegistry,
@@ -12,12 +13,13 @@ from prometheus_client import (
     generate_latest,
 )
 
-from .compute.execution import ComputeWorker
+from .compute.stats import WorkerFigures
+from .compute.worker import Worker
 from .core.session import Session
 
 
 class Metrics:
-    def __init__(self, worker: ComputeWorker, sessions: dict[str, Session]) -> None:
+    def __init__(self, worker: Worker, sessions: dict[str, Session]) -> None:
         self.registry = CollectorRegistry()
         r = self.registry
         self.sessions_opened = Counter("voicews_sessions_opened", "Sessions accepted", registry=r)
@@ -70,49 +72,43 @@ class Metrics:
         Gauge(
             "voicews_pending_audio_seconds", "Audio queued for sockets, all sessions", registry=r
         ).set_function(lambda: sum(s.pending_audio_s for s in sessions.values()))
+        figures = worker.figures
         Gauge("voicews_worker_queue_depth", "Jobs waiting for the worker", registry=r).set_function(
-            lambda: worker.queued
+            lambda: figures().queued
         )
         Gauge(
             "voicews_worker_busy_ratio",
             "Share of the compute lanes' time in the last 10 s spent computing",
             registry=r,
-        ).set_function(worker.stats.busy_ratio)
+        ).set_function(lambda: figures().busy_ratio)
         Gauge(
             "voicews_worker_late_ratio",
             "Share of segments in the last 10 s whose first audio came after their listener ran "
             "dry, though asked for in time",
             registry=r,
-        ).set_function(worker.stats.late_ratio)
-        stats = worker.stats
-        for name, help_text, read in (
-            ("batches", "Batched decoder steps so far (MLX engines)", lambda: stats.batches),
-            ("batched_windows", "Windows those steps decoded", lambda: stats.batched_windows),
-            ("largest_batch", "Most windows one step decoded", lambda: stats.largest_batch),
-            (
-                "begun_batches",
-                "Host steps that began several sentences together (MLX engines)",
-                lambda: stats.begun_batches,
-            ),
-            ("begun_sentences", "Sentences those steps began", lambda: stats.begun_sentences),
-            (
-                "phrase_hits",
-                "First segments given again from the kept ones, without compute",
-                lambda: worker.phrases.hits,
-            ),
-            ("phrases_kept", "First segments kept", lambda: len(worker.phrases)),
+        ).set_function(lambda: figures().late_ratio)
+        for name, help_text in (
+            ("batches", "Batched decoder steps so far (MLX engines)"),
+            ("batched_windows", "Windows those steps decoded"),
+            ("largest_batch", "Most windows one step decoded"),
+            ("begun_batches", "Host steps that began several sentences together (MLX engines)"),
+            ("begun_sentences", "Sentences those steps began"),
+            ("phrase_hits", "First segments given again from the kept ones, without compute"),
+            ("phrases_kept", "First segments kept"),
         ):
-            Gauge(f"voicews_worker_{name}", help_text, registry=r).set_function(read)
+            Gauge(f"voicews_worker_{name}", help_text, registry=r).set_function(
+                partial(_figure, figures, name)
+            )
         Gauge(
             "voicews_worker_warming",
             "1 while the engine warms up before serving (also /readyz 503)",
             registry=r,
-        ).set_function(lambda: float(not worker.warmed.is_set()))
+        ).set_function(lambda: float(figures().warming))
         Gauge(
             "voicews_overloaded",
             "1 while the compute worker is past what it can keep smooth (also /readyz 503)",
             registry=r,
-        ).set_function(lambda: float(worker.overloaded))
+        ).set_function(lambda: float(figures().overloaded))
 
     def track_connections(self, count: Callable[[], int]) -> None:
         """The transport knows its open connections; the app does not."""
@@ -139,3 +135,8 @@ class Metrics:
 
     def exposition(self) -> bytes:
         return generate_latest(self.registry)
+
+
+def _figure(figures: Callable[[], WorkerFigures], name: str) -> float:
+    value: float = getattr(figures(), name)
+    return value

@@ -23,6 +23,7 @@ from .access import AccessPolicy, own_origins
 from .agent.server import AgentBackend
 from .app import AppConfig, VoicewsApp
 from .compute.execution import ComputeWorker
+from .compute.worker import Worker
 from .core.config import SessionConfig
 from .core.conversation import AgentConfig
 from .core.cost import FIRST_WORDS
@@ -100,10 +101,18 @@ class _Embedded(uvicorn.Server):
 
 
 class VoicewsServer:
-    def __init__(self, config: ServerConfig, worker: ComputeWorker | None = None) -> None:
+    def __init__(
+        self,
+        config: ServerConfig,
+        worker: Worker | None = None,
+        sock: socket.socket | None = None,
+    ) -> None:
+        """``worker``: the compute worker to serve from (by default one of this process's,
+        built from ``config``); ``sock``: a listening socket to accept on (a front process's,
+        shared with the others), instead of one bound to ``config``'s address."""
         self.config = config
         lanes = 1 if config.agent_model is not None else config.lanes
-        self.worker = worker or ComputeWorker(
+        self.worker: Worker = worker or ComputeWorker(
             engine_factory(config.engine, config.voice),
             lanes,
             phrase_seconds=config.phrase_cache_seconds,
@@ -114,7 +123,7 @@ class VoicewsServer:
         self._uvicorn: _Embedded | None = None
         self._task: asyncio.Task[None] | None = None
         self._warming: asyncio.Task[None] | None = None
-        self._socket: socket.socket | None = None
+        self._socket = sock
 
     async def start(self) -> None:
         logs.redact_secrets()
@@ -127,10 +136,13 @@ class VoicewsServer:
             session = replace(session, segmenter=replace(session.segmenter, first_words=words))
         agent = None
         if self.config.agent_model is not None:
+            if not isinstance(self.worker, ComputeWorker):
+                raise ValueError("agent mode runs its model on this process's compute worker")
             agent = AgentBackend(self.config.agent_model)
             await asyncio.to_thread(agent.preload, self.worker)
             session = replace(session, agent=session.agent or AgentConfig())
-        self._socket = self._listen()
+        if self._socket is None:
+            self._socket = self._listen()
         access = replace(self.config.access, own_origins=own_origins(self.config.host, self.port))
         app = self.app = VoicewsApp(
             AppConfig(

@@ -39,7 +39,7 @@ from .jobs import (
 )
 from .phrases import PhraseCache, copied
 from .planning import Planner
-from .stats import WorkerStats
+from .stats import WorkerFigures, WorkerStats
 
 log = logging.getLogger(__name__)
 
@@ -119,6 +119,33 @@ class ComputeWorker:
         with self._cond:
             job.cancelled = True
             self._plan.changed()
+            self._cond.notify_all()
+
+    def changed_since(self, version: int, timeout: float) -> int:
+        """Wait up to ``timeout`` seconds for the queue, its jobs or the lanes to change from
+        ``version`` (-1: none yet); the version now (what publishes the load to front
+        processes waits on)."""
+        with self._cond:
+            self._cond.wait_for(lambda: self._plan.version != version or self._stopping, timeout)
+            return self._plan.version
+
+    def figures(self) -> WorkerFigures:
+        stats = self.stats
+        return WorkerFigures(
+            queued=self.queued,
+            warming=not self.warmed.is_set(),
+            warm_seconds=self.warm_seconds,
+            overloaded=self.overloaded,
+            busy_ratio=stats.busy_ratio(),
+            late_ratio=stats.late_ratio(),
+            batches=stats.batches,
+            batched_windows=stats.batched_windows,
+            largest_batch=stats.largest_batch,
+            begun_batches=stats.begun_batches,
+            begun_sentences=stats.begun_sentences,
+            phrase_hits=self.phrases.hits,
+            phrases_kept=len(self.phrases),
+        )
 
     @property
     def queued(self) -> int:

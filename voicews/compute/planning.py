@@ -106,6 +106,10 @@ class Planner:
         """Something :meth:`load` reads changed: the next reading computes it afresh."""
         self._version += 1
 
+    @property
+    def version(self) -> int:
+        return self._version
+
     def add(self, job: Job, now: float) -> None:
         job._submitted = now
         self.queue.append(job)

@@ -21,6 +21,27 @@ WINDOW = 10.0
 _MIN_LATE = 3
 
 
+@dataclass(frozen=True, slots=True)
+class WorkerFigures:
+    """What ``/metrics`` and ``/readyz`` read of the worker, at one instant: one value, so a
+    front process (``compute/remote.py``) is sent the same figures the worker's own process
+    reads."""
+
+    queued: int = 0
+    warming: bool = True
+    warm_seconds: float = 0.0
+    overloaded: bool = False
+    busy_ratio: float = 0.0
+    late_ratio: float = 0.0
+    batches: int = 0
+    batched_windows: int = 0
+    largest_batch: int = 0
+    begun_batches: int = 0
+    begun_sentences: int = 0
+    phrase_hits: int = 0
+    phrases_kept: int = 0
+
+
 @dataclass(slots=True)
 class WorkerStats:
     """What the lanes did over the last ``WINDOW`` seconds, for metrics and readiness."""
