@@ -87,6 +87,12 @@ class Listening:
 
 
 @dataclass(frozen=True, slots=True)
+class Bye:
+    """The front stops: the hub closes its end, which ends the front's reader (a pipe closed
+    under a thread blocked reading it does not wake the thread)."""
+
+
+@dataclass(frozen=True, slots=True)
 class Event:
     job: int
     event: JobEvent
@@ -136,6 +142,8 @@ class Front:
                         self._accounts.pop(key, None)
                     case Listening():
                         self.listening.set()
+                    case Bye():
+                        return
                     case _:
                         raise TypeError(f"front {self.index} sent {message!r}")
         except (EOFError, OSError):
@@ -256,7 +264,10 @@ class RemoteWorker:
             raise RuntimeError("the compute process did not answer")
 
     def stop(self) -> None:
-        self._conn.close()
+        """Say bye and wait for the hub to close its end (the reader then ends)."""
+        self._send(Bye())
+        if self._reader.is_alive():
+            self._reader.join(HELLO_TIMEOUT)
 
     def listening(self) -> None:
         """Tell the hub this front accepts connections."""
@@ -324,6 +335,7 @@ class RemoteWorker:
         except (EOFError, OSError):
             pass
         finally:
+            self._conn.close()
             self.gone.set()
             self._hello.set()
             jobs = list(self._jobs.values())
