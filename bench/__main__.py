@@ -43,6 +43,10 @@ SCENARIOS: dict[str, tuple[str, str]] = {
         "conversations one box keeps smooth (lone, burst, staggered), against wyoming-piper",
     ),
     "lanes": ("bench.capacity.lanes", "lane counts side by side, the same load on each"),
+    "fronts": (
+        "bench.capacity.fronts",
+        "one process against front processes (serve --fronts N): bursts, CPU per process kind",
+    ),
     "planner_load": (
         "bench.capacity.planner_load",
         "what reading the worker's load costs the event loop at 16 to 1024 conversations",

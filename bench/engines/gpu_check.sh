@@ -14,9 +14,11 @@
 #     per-stream real-time factor batched at 1/4/16/64/256 (float32, float16, its SNR);
 #  2. second/: a second fresh process's first window and warm-up, with the kernel cache the
 #     first one left on disk;
-#  3. load/: a real `voicews serve --engine mlx-piper`: launch to /readyz ready (warming
-#     meanwhile), the warm-up it logged and the device, then bursts of 1, 16, 64 and 256
-#     conversations at 20 tokens/s (first audio p50/p95, longest stall, batched steps).
+#  3. load/: a real `voicews serve --engine mlx-piper --fronts 4` (sessions in 4 front
+#     processes, the GPU in one; VOICEWS_FRONTS sets how many): launch to /readyz ready
+#     (warming meanwhile), the warm-up it logged and the device, then bursts of 1, 16, 64 and
+#     256 conversations at 20 tokens/s (first audio p50/p95, longest stall, batched steps, the
+#     fronts' event loops' CPU).
 # Without a GPU, to see that it is not broken (MLX's CPU backend, tiny sizes, ~3 minutes):
 #   bench/engines/gpu_check.sh smoke
 #
@@ -91,7 +93,7 @@ case "${1:-} ${2:-}" in
     export VOICEWS_CACHE_DIR="$data" VOICEWS_MLX_MAX_BATCH="${VOICEWS_MLX_MAX_BATCH:-64}"
     export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"   # the server runs from a scratch folder
     timeout 120 python3 -m bench gpu_load --n 1 16 64 256 --ready-limit 60 --out "$out/load" \
-      --server-args="--voice $data/$(ls "$data" | grep '\.onnx$' | head -1) --max-waiting-per-address 1024" \
+      --server-args="--voice $data/$(ls "$data" | grep '\.onnx$' | head -1) --max-waiting-per-address 1024 --fronts ${VOICEWS_FRONTS:-4}" \
       || echo "load run: exit $? (what it measured is in $out/load)"
     ;;
   "smoke ")
@@ -99,7 +101,7 @@ case "${1:-} ${2:-}" in
     export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
     python3 bench/engines/mlx_ops_gpu.py --cpu-smoke --out "$out/first"
     python3 bench/engines/mlx_ops_gpu.py --cpu-smoke --out "$out/second" --startup
-    python3 -m bench gpu_load --cpu-smoke --out "$out/load"
+    python3 -m bench gpu_load --cpu-smoke --out "$out/load" --server-args="--fronts 2"
     echo "smoke: all three stages ran; results in $out"
     ;;
   *)

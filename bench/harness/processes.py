@@ -119,6 +119,13 @@ def proc_cpu_s(path: str) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def _cpu_if_alive(path: str) -> float:
+    try:
+        return proc_cpu_s(path)
+    except OSError:
+        return 0.0
+
+
 def _system_busy_s() -> float:
     with open("/proc/stat") as stat:
         fields = [int(v) for v in stat.readline().split()[1:9]]
@@ -172,6 +179,29 @@ class VoicewsProcess(ServerProcess):
         self.max_sessions = max_sessions
         self.source = source
         self.args = list(args)
+
+    def pids(self) -> list[int]:
+        """The server's process and its descendants (``--fronts``' front processes)."""
+        pids, index = [self.pid], 0
+        while index < len(pids):
+            pid, index = pids[index], index + 1
+            try:
+                for task in os.listdir(f"/proc/{pid}/task"):
+                    with open(f"/proc/{pid}/task/{task}/children") as children:
+                        pids += [int(child) for child in children.read().split()]
+            except OSError:  # gone meanwhile
+                continue
+        return pids
+
+    def cpu_s(self) -> float:
+        """CPU seconds of every process of the server's (one, or ``--fronts``' and the
+        engine's)."""
+        return sum(_cpu_if_alive(f"/proc/{pid}/stat") for pid in self.pids())
+
+    def loop_cpu_s(self) -> float:
+        """CPU seconds of each process's main thread: the event loop, or with ``--fronts`` the
+        fronts' event loops (the engine's process's main thread then only waits)."""
+        return sum(_cpu_if_alive(f"/proc/{pid}/task/{pid}/stat") for pid in self.pids())
 
     def environment(self) -> dict[str, str]:
         env = super().environment()
