@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import pickle
 import threading
 import time
 import weakref
@@ -100,7 +101,8 @@ class Event:
 
 @dataclass(frozen=True, slots=True)
 class Reading:
-    load: Load
+    load: bytes
+    """The pickled :class:`~voicews.core.pacing.Load`: pickled once for every front."""
     seen: int
     """Submissions from this front the hub had taken when it read the load."""
 
@@ -202,7 +204,7 @@ class Hub:
         front = Front(index, conn, worker)
         front.send(Hello(worker.engine_name, worker.sample_rate, worker.device))
         front.send(worker.figures())
-        front.send(Reading(worker.load(), 0))
+        front.send(Reading(pickle.dumps(worker.load()), 0))
         with self._lock:
             self._fronts[index] = front
         name = f"voicews-hub-front-{index}"
@@ -210,21 +212,26 @@ class Hub:
         return front
 
     def _publish(self) -> None:
+        """A reading at once when the worker changes after a quiet spell, then at most one
+        every ``LOAD_FRESH`` (a few hundred sessions change it every millisecond); pickled
+        once for every front."""
         worker, version, last = self._worker, -1, None
-        figures_at = -FIGURES_EVERY
+        figures_at = sent_at = -FIGURES_EVERY
         while not self._stopping.is_set():
             quiet = last is not None and last.idle and not last.queue
             version = worker.changed_since(version, QUIET_EVERY if quiet else LOAD_FRESH)
+            time.sleep(max(0.0, sent_at + LOAD_FRESH - time.monotonic()))
             load = worker.load()
-            now = time.monotonic()
+            now = sent_at = time.monotonic()
             figures = None
             if now - figures_at >= FIGURES_EVERY:
                 figures, figures_at = worker.figures(), now
             with self._lock:
                 fronts = [front for front in self._fronts.values() if not front.gone.is_set()]
+            pickled = pickle.dumps(load) if load != last else None
             for front in fronts:
-                if load != last:
-                    front.send(Reading(load, front.seen))
+                if pickled is not None:
+                    front.send(Reading(pickled, front.seen))
                 if figures is not None:
                     front.send(figures)
             last = load
@@ -354,7 +361,8 @@ class RemoteWorker:
                     self._jobs.pop(job_id, None)
                     self._ids.pop(job, None)
                 job.on_event(event)
-            case Reading(load=load, seen=seen):
+            case Reading(load=pickled, seen=seen):
+                load = pickle.loads(pickled)
                 if load.idle and seen < self._submitted:
                     load = replace(load, idle=False)
                 self._load = load
