@@ -166,6 +166,10 @@ def test_a_fronts_jobs_fail_when_the_compute_process_goes() -> None:
     assert recorder.finished.acquire(timeout=WAIT)
     assert isinstance(recorder.events[-1][1], JobFailed)
     assert "compute process is gone" in recorder.events[-1][1].message
+    late = Recorder()
+    remote.submit(late.speak("b", "one"))  # after: failed at once, never sent
+    assert late.finished.acquire(timeout=WAIT)
+    assert [type(e) for _, e in late.events] == [JobFailed]
     gate.go.set()
     front.gone.wait(WAIT)
     worker.stop()

@@ -51,6 +51,7 @@ QUIET_EVERY = 0.05
 eases off meanwhile)."""
 FIGURES_EVERY = 0.25
 """Seconds between the figures sent for ``/metrics`` and ``/readyz``."""
+GONE = "the compute process is gone"
 HELLO_TIMEOUT = 60.0
 """Seconds a front waits for the hub's hello before it gives up."""
 
@@ -289,6 +290,9 @@ class RemoteWorker:
     def submit(self, job: Job) -> None:
         if not isinstance(job.run, Synthesis):
             raise TypeError("a front process sends only syntheses to the compute process")
+        if self.gone.is_set():
+            job.on_event(JobFailed(GONE))
+            return
         job_id = next(self._next_job)
         self._jobs[job_id], self._ids[job] = job, job_id
         self._submitted += 1
@@ -306,6 +310,9 @@ class RemoteWorker:
                 job.chars,
             )
         )
+        if self.gone.is_set() and self._jobs.pop(job_id, None) is not None:
+            self._ids.pop(job, None)  # gone meanwhile, after the reader failed the others
+            job.on_event(JobFailed(GONE))
 
     def cancel(self, job: Job) -> None:
         job.cancelled = True
@@ -355,7 +362,7 @@ class RemoteWorker:
             self._jobs.clear()
             self._ids.clear()
             for job in jobs:
-                job.on_event(JobFailed("the compute process is gone"))
+                job.on_event(JobFailed(GONE))
 
     def _take(self, message: Any) -> None:
         match message:
