@@ -29,11 +29,12 @@ from test_worker import Costed, Gate, Recorder
 
 from conftest import TEST_CONFIG, http_get, running, serving, timeout
 from voicews.client import RealtimeClient
+from voicews.compute import remote
 from voicews.compute.execution import ComputeWorker
 from voicews.compute.jobs import Account, JobAudio, JobDone, JobFailed, JobWords
 from voicews.compute.remote import Front, Hub, RemoteWorker
 from voicews.engines import engine_factory
-from voicews.engines.base import Engine
+from voicews.engines.base import Engine, SynthesisOptions
 from voicews.protocol import AudioFrame, TurnDone
 from voicews.server import VoicewsServer
 
@@ -173,6 +174,39 @@ def test_a_fronts_jobs_fail_when_the_compute_process_goes() -> None:
     gate.go.set()
     front.gone.wait(WAIT)
     worker.stop()
+
+
+def test_a_front_that_stops_reading_is_cut_off_and_holds_up_no_lane(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(remote, "MAX_BEHIND", 8)
+    worker = ComputeWorker(Costed)
+    worker.start()
+    hub = Hub(worker)
+    hub.start()
+    hung, hung_end = multiprocessing.Pipe()  # its end is never read: a front stopped
+    for end, option in ((hung, socket.SO_SNDBUF), (hung_end, socket.SO_RCVBUF)):
+        with socket.socket(fileno=os.dup(end.fileno())) as sock:
+            sock.setsockopt(socket.SOL_SOCKET, option, 4096)  # full after a few messages
+    stuck = hub.attach(0, hung)
+    words = " ".join(["word"] * 400)
+    hung_end.send(remote.Submit(0, words, SynthesisOptions(), 0.0, False, None, 0))
+    ours, theirs = multiprocessing.Pipe()
+    hub.attach(1, ours)
+    live = RemoteWorker(theirs)
+    live.start()
+    try:
+        assert stuck.gone.wait(WAIT)  # cut off, its job cancelled
+        recorder = Recorder()
+        live.submit(recorder.speak("a", "one two three"))
+        assert recorder.finished.acquire(timeout=WAIT)
+        assert isinstance(recorder.events[-1][1], JobDone)
+        wait_for(lambda: worker.figures().queued == 0)
+    finally:
+        live.stop()
+        hub.stop()
+        worker.stop()
+        hung_end.close()
 
 
 @asynccontextmanager

@@ -8,7 +8,9 @@ busy most often, since it is the first to ask. A front serves its sessions exact
 single process does, through a :class:`~.compute.remote.RemoteWorker`; Wyoming is served by
 front 0. A front that dies is started again (its sessions are lost; the others go on). On
 SIGTERM or SIGINT every front drains as one process does (``drain_timeout``), then the
-engine stops.
+engine stops. A front that stops reading its pipe (hung, or stopped) is cut off once
+``compute.remote.MAX_BEHIND`` messages wait for it, then killed and started again: the
+lanes never wait for it.
 
 Limits are each front's own: ``--max-sessions 64 --fronts 4`` admits up to 256 sessions, and
 ``/metrics`` is the answering front's (its sessions; the worker's figures are the hub's).
@@ -41,6 +43,9 @@ log = logging.getLogger(__name__)
 
 RESTART_DELAY = 1.0
 """Seconds before a front that died is started again (one that dies at once does not spin)."""
+GONE_GRACE = 2.0
+"""Seconds a front whose pipe closed (the hub cut it off: it stopped reading) may take to
+exit before it is killed."""
 LOG_FORMAT = "%(asctime)s level=%(levelname)s {front}%(message)s"
 
 
@@ -99,6 +104,7 @@ class _Fronts:
         self._processes: dict[int, BaseProcess] = {}
         self._fronts: dict[int, Front] = {}
         self._died: dict[int, float] = {}
+        self._cut: dict[int, float] = {}
 
     def start(self, index: int) -> None:
         # Wyoming's port is one process's: front 0's.
@@ -126,10 +132,17 @@ class _Fronts:
         return True
 
     def restart_dead(self) -> None:
+        """Start again a front that exited; end one the hub cut off (it stopped reading) or
+        whose pipe closed, that is still running ``GONE_GRACE`` later."""
         now = time.monotonic()
         for index, process in list(self._processes.items()):
             if process.is_alive():
+                cut = self._fronts[index].gone.is_set()
+                if cut and now - self._cut.setdefault(index, now) >= GONE_GRACE:
+                    logs.event("front_killed", front=index, why="its pipe is closed")
+                    process.kill()
                 continue
+            self._cut.pop(index, None)
             since = self._died.setdefault(index, now)
             if since == now:
                 logs.event("front_exited", front=index, code=process.exitcode)

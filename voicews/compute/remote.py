@@ -18,9 +18,13 @@ job comes after its cancellation.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import logging
+import os
 import pickle
+import queue
+import socket
 import threading
 import time
 import weakref
@@ -30,6 +34,7 @@ from functools import partial
 from multiprocessing.connection import Connection
 from typing import Any
 
+from .. import logs
 from ..core.cost import DEFAULT_PRIOR
 from ..core.pacing import Load
 from ..engines.base import SynthesisOptions
@@ -53,6 +58,10 @@ FIGURES_EVERY = 0.25
 """Seconds between the figures sent for ``/metrics`` and ``/readyz``."""
 GONE = "the compute process is gone"
 HELLO_TIMEOUT = 60.0
+MAX_BEHIND = 4096
+"""Messages queued for a front that has not read them, at which it is cut off: a stopped or
+hung front (some seconds of its sessions' audio at a few hundred conversations). Until then
+the queue holds them, not a lane."""
 """Seconds a front waits for the hub's hello before it gives up."""
 
 
@@ -115,27 +124,64 @@ class Reading:
 
 
 class Front:
-    """The hub's side of one front: its jobs and accounts, and the pipe's two directions (its
-    reader thread; every lane sends the events of the jobs it runs)."""
+    """The hub's side of one front: its jobs and accounts, and the pipe's two directions: its
+    reader thread, and its sender thread, which writes what the lanes and the hub queue for
+    it, so that a front that stops reading holds up no lane (every other front's sessions)."""
 
     def __init__(self, index: int, conn: Connection, worker: ComputeWorker) -> None:
         self.index = index
         self._conn = conn
         self._worker = worker
-        self._sending = threading.Lock()
+        self._outgoing: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._ending = threading.Lock()
+        self._threads_left = 2
         self._jobs: dict[int, Job] = {}
         self._accounts: dict[int, Account] = {}
         self.seen = 0
         self.listening = threading.Event()
         self.gone = threading.Event()
+        """Its pipe is closed, or it fell ``MAX_BEHIND`` behind and was cut off; its jobs are
+        cancelled."""
+
+    def start(self) -> None:
+        for name, target in (("reader", self.serve), ("sender", self._send_queued)):
+            thread_name = f"voicews-hub-front-{self.index}-{name}"
+            threading.Thread(target=target, name=thread_name, daemon=True).start()
 
     def send(self, message: Any) -> None:
-        """A front that is gone drops it; its reader ends its jobs."""
+        """Queue ``message`` for the front (dropped if it is gone)."""
+        if self.gone.is_set():
+            return
+        if self._outgoing.qsize() >= MAX_BEHIND:
+            logs.event("front_cut_off", front=self.index, behind=MAX_BEHIND)
+            self.cut_off()
+            return
+        self._outgoing.put(message)
+
+    def cut_off(self) -> None:
+        """Stop serving the front: its pipe shut both ways, so its reader (here and there)
+        ends and its jobs are cancelled; its process is the starter's to end."""
+        self.gone.set()
+        self._outgoing.put(None)
+        with contextlib.suppress(OSError), socket.socket(fileno=os.dup(self._conn.fileno())) as end:
+            end.shutdown(socket.SHUT_RDWR)
+
+    def _send_queued(self) -> None:
         try:
-            with self._sending:
+            while (message := self._outgoing.get()) is not None:
                 self._conn.send(message)
         except (OSError, ValueError):
             self.gone.set()
+        finally:
+            self._ended()
+
+    def _ended(self) -> None:
+        """The pipe is closed by the second of its two threads to end (a descriptor closed
+        under the other could be reused before it reads it)."""
+        with self._ending:
+            self._threads_left -= 1
+            if not self._threads_left:
+                self._conn.close()
 
     def serve(self) -> None:
         try:
@@ -161,10 +207,11 @@ class Front:
             log.exception("front %d: message failed; its jobs are cancelled", self.index)
         finally:
             self.gone.set()
+            self._outgoing.put(None)
             for job in list(self._jobs.values()):
                 self._worker.cancel(job)
             self._jobs.clear()
-            self._conn.close()
+            self._ended()
 
     def _submit(self, message: Submit) -> None:
         key = message.account
@@ -214,8 +261,7 @@ class Hub:
         front.send(Reading(pickle.dumps(worker.load()), 0))
         with self._lock:
             self._fronts[index] = front
-        name = f"voicews-hub-front-{index}"
-        threading.Thread(target=front.serve, name=name, daemon=True).start()
+        front.start()
         return front
 
     def _publish(self) -> None:
