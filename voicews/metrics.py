@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from functools import partial
+from collections.abc import Callable, Iterator
 
 from prometheus_client import (
     CollectorRegistry,
@@ -12,6 +11,8 @@ from prometheus_client import (
     Histogram,
     generate_latest,
 )
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
 
 from .compute.stats import WorkerFigures
 from .compute.worker import Worker
@@ -72,43 +73,7 @@ class Metrics:
         Gauge(
             "voicews_pending_audio_seconds", "Audio queued for sockets, all sessions", registry=r
         ).set_function(lambda: sum(s.pending_audio_s for s in sessions.values()))
-        figures = worker.figures
-        Gauge("voicews_worker_queue_depth", "Jobs waiting for the worker", registry=r).set_function(
-            lambda: figures().queued
-        )
-        Gauge(
-            "voicews_worker_busy_ratio",
-            "Share of the compute lanes' time in the last 10 s spent computing",
-            registry=r,
-        ).set_function(lambda: figures().busy_ratio)
-        Gauge(
-            "voicews_worker_late_ratio",
-            "Share of segments in the last 10 s whose first audio came after their listener ran "
-            "dry, though asked for in time",
-            registry=r,
-        ).set_function(lambda: figures().late_ratio)
-        for name, help_text in (
-            ("batches", "Batched decoder steps so far (MLX engines)"),
-            ("batched_windows", "Windows those steps decoded"),
-            ("largest_batch", "Most windows one step decoded"),
-            ("begun_batches", "Host steps that began several sentences together (MLX engines)"),
-            ("begun_sentences", "Sentences those steps began"),
-            ("phrase_hits", "First segments given again from the kept ones, without compute"),
-            ("phrases_kept", "First segments kept"),
-        ):
-            Gauge(f"voicews_worker_{name}", help_text, registry=r).set_function(
-                partial(_figure, figures, name)
-            )
-        Gauge(
-            "voicews_worker_warming",
-            "1 while the engine warms up before serving (also /readyz 503)",
-            registry=r,
-        ).set_function(lambda: float(figures().warming))
-        Gauge(
-            "voicews_overloaded",
-            "1 while the compute worker is past what it can keep smooth (also /readyz 503)",
-            registry=r,
-        ).set_function(lambda: float(figures().overloaded))
+        r.register(_WorkerGauges(worker.figures))
 
     def track_connections(self, count: Callable[[], int]) -> None:
         """The transport knows its open connections; the app does not."""
@@ -137,6 +102,56 @@ class Metrics:
         return generate_latest(self.registry)
 
 
-def _figure(figures: Callable[[], WorkerFigures], name: str) -> float:
-    value: float = getattr(figures(), name)
-    return value
+_WORKER_GAUGES = (
+    ("voicews_worker_queue_depth", "Jobs waiting for the worker", "queued"),
+    (
+        "voicews_worker_busy_ratio",
+        "Share of the compute lanes' time in the last 10 s spent computing",
+        "busy_ratio",
+    ),
+    (
+        "voicews_worker_late_ratio",
+        "Share of segments in the last 10 s whose first audio came after their listener ran "
+        "dry, though asked for in time",
+        "late_ratio",
+    ),
+    ("voicews_worker_batches", "Batched decoder steps so far (MLX engines)", "batches"),
+    ("voicews_worker_batched_windows", "Windows those steps decoded", "batched_windows"),
+    ("voicews_worker_largest_batch", "Most windows one step decoded", "largest_batch"),
+    (
+        "voicews_worker_begun_batches",
+        "Host steps that began several sentences together (MLX engines)",
+        "begun_batches",
+    ),
+    ("voicews_worker_begun_sentences", "Sentences those steps began", "begun_sentences"),
+    (
+        "voicews_worker_phrase_hits",
+        "First segments given again from the kept ones, without compute",
+        "phrase_hits",
+    ),
+    ("voicews_worker_phrases_kept", "First segments kept", "phrases_kept"),
+    (
+        "voicews_worker_warming",
+        "1 while the engine warms up before serving (also /readyz 503)",
+        "warming",
+    ),
+    (
+        "voicews_overloaded",
+        "1 while the compute worker is past what it can keep smooth (also /readyz 503)",
+        "overloaded",
+    ),
+)
+"""Each gauge of the worker: its name, its help, the ``WorkerFigures`` field it shows."""
+
+
+class _WorkerGauges(Collector):
+    """The worker's gauges from one reading of its figures a scrape: a gauge each reading
+    them computed every figure (the lanes' busy share, the late segments) once a gauge."""
+
+    def __init__(self, figures: Callable[[], WorkerFigures]) -> None:
+        self._figures = figures
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        figures = self._figures()
+        for name, help_text, field in _WORKER_GAUGES:
+            yield GaugeMetricFamily(name, help_text, value=float(getattr(figures, field)))
