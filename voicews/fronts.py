@@ -35,8 +35,7 @@ from . import heap, logs
 from .compute.execution import ComputeWorker
 from .compute.remote import Front, Hub, RemoteWorker
 from .engines import engine_factory
-from .protocol import REALTIME_PATH
-from .server import ServerConfig, VoicewsServer
+from .server import ServerConfig, VoicewsServer, log_warmed, realtime_url
 from .transport import listening_socket
 
 RESTART_DELAY = 1.0
@@ -48,9 +47,8 @@ LOG_FORMAT = "%(asctime)s level=%(levelname)s {front}%(message)s"
 
 
 def serve(config: ServerConfig, fronts: int, log_level: str) -> None:
-    """Run until SIGTERM or SIGINT, then drain the fronts and stop."""
-    if config.agent_model is not None:
-        raise ValueError("agent mode runs its model in one process: not with --fronts")
+    """Run until SIGTERM or SIGINT, then drain the fronts and stop. Not in agent mode (the
+    command line refuses it): its model runs on one process's worker."""
     logs.redact_secrets()
     heap.map_large_buffers()
     stop = threading.Event()
@@ -72,7 +70,7 @@ def serve(config: ServerConfig, fronts: int, log_level: str) -> None:
         for index in range(fronts):
             group.start(index)
         if group.wait_listening(stop):
-            url = _url(config.host, sock.getsockname()[1])
+            url = realtime_url(config.host, sock.getsockname()[1])
             logs.event(
                 "listening",
                 url=url,
@@ -82,7 +80,7 @@ def serve(config: ServerConfig, fronts: int, log_level: str) -> None:
                 device=worker.device,
             )
             print(f"voicews: listening on {url}", flush=True)
-            threading.Thread(target=_log_warmed, args=(worker,), daemon=True).start()
+            threading.Thread(target=log_warmed, args=(worker,), daemon=True).start()
             while not stop.wait(0.2):
                 group.restart_dead()
     finally:
@@ -184,13 +182,3 @@ async def _front(config: ServerConfig, sock: socket.socket, conn: Connection) ->
     if worker.gone.is_set():
         logs.event("compute_gone")
     await server.close(drain=not worker.gone.is_set())
-
-
-def _log_warmed(worker: ComputeWorker) -> None:
-    worker.warmed.wait()
-    logs.event("warmed", engine=worker.engine_name, seconds=f"{worker.warm_seconds:.2f}")
-
-
-def _url(host: str, port: int) -> str:
-    host = f"[{host}]" if ":" in host else host
-    return f"ws://{host}:{port}{REALTIME_PATH}"

@@ -92,6 +92,18 @@ class ServerConfig:
     the same sessions and worker (``voicews.dialects.wyoming``; needs the ``wyoming`` package)."""
 
 
+def realtime_url(host: str, port: int) -> str:
+    """The realtime endpoint's URL on ``host:port`` (an IPv6 host in brackets)."""
+    host = f"[{host}]" if ":" in host else host
+    return f"ws://{host}:{port}{REALTIME_PATH}"
+
+
+def log_warmed(worker: Worker) -> None:
+    """Log once the engine is warm (``/readyz`` said ``warming`` until then); blocks."""
+    worker.warmed.wait()
+    logs.event("warmed", engine=worker.engine_name, seconds=f"{worker.warm_seconds:.2f}")
+
+
 class _Embedded(uvicorn.Server):
     """uvicorn without its own signal handlers: the service decides how to shut down."""
 
@@ -212,11 +224,7 @@ class VoicewsServer:
         self._warming = asyncio.create_task(self._log_warmed())
 
     async def _log_warmed(self) -> None:
-        """Log once the engine is warm (``/readyz`` said ``warming`` until then)."""
-        await asyncio.to_thread(self.worker.warmed.wait)
-        logs.event(
-            "warmed", engine=self.worker.engine_name, seconds=f"{self.worker.warm_seconds:.2f}"
-        )
+        await asyncio.to_thread(log_warmed, self.worker)
 
     @property
     def connections(self) -> set[Any]:
@@ -246,8 +254,7 @@ class VoicewsServer:
 
     @property
     def url(self) -> str:
-        host = f"[{self.config.host}]" if ":" in self.config.host else self.config.host
-        return f"ws://{host}:{self.port}{REALTIME_PATH}"
+        return realtime_url(self.config.host, self.port)
 
     @property
     def http_url(self) -> str:

@@ -58,11 +58,11 @@ FIGURES_EVERY = 0.25
 """Seconds between the figures sent for ``/metrics`` and ``/readyz``."""
 GONE = "the compute process is gone"
 HELLO_TIMEOUT = 60.0
+"""Seconds a front waits for the hub's hello before it gives up."""
 MAX_BEHIND = 4096
 """Messages queued for a front that has not read them, at which it is cut off: a stopped or
 hung front (some seconds of its sessions' audio at a few hundred conversations). Until then
 the queue holds them, not a lane."""
-"""Seconds a front waits for the hub's hello before it gives up."""
 
 
 @dataclass(frozen=True, slots=True)
