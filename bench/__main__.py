@@ -83,6 +83,10 @@ SCENARIOS: dict[str, tuple[str, str]] = {
         "bench.engines.kokoro_pair",
         "two Kokoro graphs judged in pairs over held-out sentences in every voice: DNSMOS, WER",
     ),
+    "kokoro_windows": (
+        "bench.engines.kokoro_windows",
+        "Kokoro's long pieces decoded in two windows against whole: first audio, DNSMOS, WER",
+    ),
     "kokoro_cost": (
         "bench.engines.kokoro_cost",
         "Kokoro's cost per inference against its length, beside Piper's: the first segment's",

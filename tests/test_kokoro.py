@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import wave
 from collections.abc import AsyncIterator
 from dataclasses import replace
 from pathlib import Path
@@ -29,6 +30,7 @@ from voicews.dialects.wyoming import WyomingServer
 from voicews.engines.base import SynthesisOptions, WordStarts
 from voicews.engines.kokoro import KokoroEngine
 from voicews.engines.kokoro.assets import LEAD_FRAMES, SAMPLE_RATE, SAMPLES_PER_FRAME
+from voicews.engines.kokoro.windows import FADE
 from voicews.errors import ErrorCode
 from voicews.protocol import AudioFormat, AudioFrame, Error, SessionUpdated, TurnDone
 from voicews.server import VoicewsServer
@@ -141,6 +143,76 @@ def test_a_lean_piece_leaves_its_trailing_silence_unrendered_and_keeps_its_sound
     assert abs(rms_db(speech) - rms_db(whole_speech)) < 1.0
 
 
+def test_the_graph_cut_before_its_decoder_gives_the_whole_graphs_audio() -> None:
+    """The text side, then the decoder on all its frames, is the timed graph bit for bit."""
+    import onnxruntime
+
+    from voicews.engines.kokoro.assets import load_voice, model_path, style
+    from voicews.engines.kokoro.graphs import static_graph
+    from voicews.engines.kokoro.phonemes import PAD, phonemize, tokenize
+    from voicews.engines.kokoro.timing import ASR, ENERGY, LAST, PITCH, TAIL, halves, timed_graph
+
+    timed = timed_graph(static_graph(model_path()))
+    whole, prosody, decoder = (
+        onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+        for path in (timed, *halves(timed))
+    )
+    tokens = tokenize(" ".join(phonemize("Sure, let me check that.")))
+    feeds = {
+        "tokens": np.array([[PAD, *tokens, PAD]], dtype=np.int64),
+        "style": style(load_voice("af_heart"), len(tokens)),
+        "speed": np.array([1.0], dtype=np.float32),
+        LAST: np.array([len(tokens)], dtype=np.int64),
+        TAIL: np.array([12], dtype=np.int64),
+    }
+    audio, frames = whole.run(None, feeds)
+    aligned, pitch, energy, parts_frames = prosody.run(None, feeds)
+    inputs = {ASR: aligned, PITCH: pitch, ENERGY: energy, "style": feeds["style"]}
+    (parts_audio,) = decoder.run(None, inputs)
+    assert np.array_equal(frames, parts_frames) and np.array_equal(audio, parts_audio)
+    assert aligned.shape[2] * SAMPLES_PER_FRAME == audio.size
+
+
+def test_a_long_piece_is_decoded_in_two_windows_heard_as_the_whole(
+    engine: KokoroEngine, recognizer: WhisperModel, tmp_path: Path
+) -> None:
+    """A piece of 3 s or more gives its first window's audio (up to a word gap near its
+    middle, less the fade) before the rest: together as long as the whole decode, its words
+    where they were, as loud, and heard alike. Not while the worker is busy."""
+    text = "Your flight to Denver leaves early tomorrow morning, so please arrive on time."
+    *windows, words = engine.synthesize(text, SynthesisOptions())
+    *whole_pieces, whole_words = KokoroEngine(windowed=False).synthesize(text, SynthesisOptions())
+    assert len(windows) == 2 and len(whole_pieces) == 1
+    first = windows[0]
+    audio, (whole,) = np.concatenate(windows), whole_pieces
+    assert isinstance(first, np.ndarray) and isinstance(whole, np.ndarray)
+    assert (len(first) + FADE) % SAMPLES_PER_FRAME == 0
+    assert 0.3 < len(first) / len(whole) < 0.7 and len(audio) == len(whole)
+    assert words == whole_words
+    envelope, whole_envelope = envelope_db(audio), envelope_db(whole)
+    speech = whole_envelope > whole_envelope.max() - 30  # 25 ms frames of speech
+    steps = np.abs(envelope - whole_envelope)[speech]
+    print(f"loudness against the whole decode, speech frames: median {np.median(steps):.2f} dB")
+    # Each window's norms count its own frames: as for the lead's crop (above), within 3 dB.
+    assert abs(rms_db(audio) - rms_db(whole)) < 1.0 and np.median(steps) < 3.0
+    heard = []
+    for name, clip in (("windows", audio), ("whole", whole)):
+        path = tmp_path / f"{name}.wav"
+        with wave.open(str(path), "wb") as out:
+            out.setnchannels(1)
+            out.setsampwidth(2)
+            out.setframerate(SAMPLE_RATE)
+            out.writeframes((np.clip(clip, -1, 1) * 32767).astype("<i2").tobytes())
+        segments, _ = recognizer.transcribe(str(path), beam_size=1, language="en")
+        heard.append(normalized(" ".join(s.text for s in segments)))
+    assert heard[0] == heard[1] == normalized(text)
+    # A busy worker's pieces are decoded whole (``lean``: segments wait for it).
+    lean = [
+        c for c in engine.synthesize(text, SynthesisOptions(lean=True)) if isinstance(c, np.ndarray)
+    ]
+    assert len(lean) == 1
+
+
 def envelope_db(audio: np.ndarray) -> np.ndarray:
     """Loudness per 25 ms, in dB."""
     frames = audio[: len(audio) // 600 * 600].reshape(-1, 600)
@@ -157,8 +229,9 @@ def test_text_that_expands_is_synthesized_in_bounded_inferences(engine: KokoroEn
         for item in engine.synthesize("你好" * 2, SynthesisOptions(speed=0.5))
         if isinstance(item, np.ndarray)
     ]
-    print(f"'你好' x 2 at speed 0.5: inferences of {chunks} s")
-    assert sum(chunks) > 6 and len(chunks) == 2  # each piece's trailing silence cropped
+    print(f"'你好' x 2 at speed 0.5: audio in {chunks} s")
+    # Two pieces, each trailing silence cropped, each given in two windows (over 3 s).
+    assert sum(chunks) > 6 and len(chunks) == 4
     assert max(chunks) < 6
 
 

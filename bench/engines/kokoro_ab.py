@@ -102,7 +102,7 @@ def child(graph: Path, settings: dict[str, Any], out: Path, save_audio: bool) ->
         else KokoroEngine(graph=graph, lead_frames=lead)
     )
     if settings:
-        engine._session = _session(engine, graph, lead, **settings)  # the settings under test
+        engine._prosody, engine._decoder = _sessions(graph, lead, **settings)  # under test
     load_s = time.perf_counter() - started
     list(engine.synthesize("Warming up.", SynthesisOptions()))
     first = []
@@ -130,20 +130,25 @@ def child(graph: Path, settings: dict[str, Any], out: Path, save_audio: bool) ->
     out.write_text(json.dumps(result))
 
 
-def _session(engine: Any, graph: Path, lead: int | None, threads: int = 2, spin: bool = False,
-             arena: bool = True) -> Any:  # fmt: skip
-    """The engine's one onnxruntime session, made again with other settings."""
+def _sessions(graph: Path, lead: int | None, threads: int = 2, spin: bool = False,
+              arena: bool = True) -> tuple[Any, Any]:  # fmt: skip
+    """The engine's two onnxruntime sessions (the text side, the decoder), made again with
+    other settings."""
     import onnxruntime
 
-    from voicews.engines.kokoro.timing import timed_graph
+    from voicews.engines.kokoro.timing import halves, timed_graph
 
     options = onnxruntime.SessionOptions()
     options.intra_op_num_threads = threads
     options.enable_cpu_mem_arena = arena
     options.add_session_config_entry("session.intra_op.allow_spinning", "1" if spin else "0")
-    return onnxruntime.InferenceSession(
-        str(timed_graph(graph, lead)), sess_options=options, providers=["CPUExecutionProvider"]
+    prosody, decoder = (
+        onnxruntime.InferenceSession(
+            str(part), sess_options=options, providers=["CPUExecutionProvider"]
+        )
+        for part in halves(timed_graph(graph, lead))
     )
+    return prosody, decoder
 
 
 def run_child(graph: Path, settings: dict[str, Any], out: Path, save_audio: bool) -> dict[str, Any]:

@@ -38,6 +38,7 @@ ASR = "/encoder/MatMul_1_output_0"
 """The decoder's inputs in the export: the aligned text features ``(1, 512, F)``, and pitch
 and energy ``(1, 2F)``."""
 PITCH, ENERGY = "/encoder/Reshape_output_0", "/encoder/Reshape_1_output_0"
+PARTS = ("prosody", "decoder")
 LAST, TAIL = "last", "tail"
 """The graph's inputs (int64, shape ``(1,)``): :attr:`Tail.last` and :attr:`Tail.frames`."""
 
@@ -115,6 +116,26 @@ def timed_graph(model: Path, lead_frames: int | None = LEAD_FRAMES) -> Path:
     graph.graph.output.append(helper.make_tensor_value_info(FRAMES, TensorProto.FLOAT, None))
     write_atomically(patched, graph.SerializeToString())
     return patched
+
+
+def halves(timed: Path) -> tuple[Path, Path]:
+    """The :func:`timed_graph` ``timed`` cut before its decoder, made once into the cache: the
+    prosody (its inputs to :data:`ASR`, :data:`PITCH`, :data:`ENERGY` and :data:`FRAMES`) and
+    the decoder (those three and the style to the audio), so that a long piece's decoder can
+    run in windows (:mod:`.windows`)."""
+    prosody, decoder = (timed.with_name(f"{timed.stem}-{part}.onnx") for part in PARTS)
+    if prosody.is_file() and decoder.is_file():
+        return prosody, decoder
+    import onnx
+    from onnx.utils import Extractor
+
+    graph = onnx.load(str(timed))
+    inputs = [i.name for i in graph.graph.input]
+    extract = Extractor(graph).extract_model
+    write_atomically(decoder, extract([ASR, PITCH, ENERGY, "style"], ["audio"]).SerializeToString())
+    made = extract(inputs, [ASR, PITCH, ENERGY, FRAMES])
+    write_atomically(prosody, made.SerializeToString())
+    return prosody, decoder
 
 
 def _crop(graph: Any, lead_frames: int | None) -> None:
