@@ -21,6 +21,7 @@ import math
 import re
 import statistics
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -52,6 +53,40 @@ def paired(differences: list[float]) -> str:
     return f"{mean:+.3f} (se {se:.3f})"
 
 
+class Tally:
+    """DNSMOS SIG / BAK / OVRL, the level and Whisper's errors (over texts without digits: it
+    writes "4" for "four") of each rendering, clip by clip, and their table in pairs."""
+
+    def __init__(self, judges: Judges, rate: int, names: Sequence[str]) -> None:
+        self.judges, self.rate = judges, rate
+        self.scores: dict[str, list[tuple[float, float, float]]] = {name: [] for name in names}
+        self.levels: dict[str, list[float]] = {name: [] for name in names}
+        self.errors = {name: [0, 0] for name in names}
+
+    def add(self, name: str, clip: np.ndarray, text: str) -> None:
+        self.scores[name].append(self.judges.mos(clip, self.rate))
+        self.levels[name].append(level_db(clip))
+        if not re.search(r"\d", text):
+            wrong, total, _ = self.judges.wer(clip, self.rate, text)
+            self.errors[name][0] += wrong
+            self.errors[name][1] += total
+
+    def report(self, after: str, before: str) -> None:
+        """The table, then ``after`` less ``before`` clip by clip, with standard errors."""
+        print(f"{'':8s}  {'SIG':>5s}  {'BAK':>5s}  {'OVRL':>5s}  {'WER':>5s}  {'level dB':>8s}")
+        for name, scores in self.scores.items():
+            sig, bak, ovrl = (statistics.fmean(s[i] for s in scores) for i in range(3))
+            wer = self.errors[name][0] / max(self.errors[name][1], 1)
+            level = statistics.fmean(self.levels[name])
+            print(f"{name:8s}  {sig:5.3f}  {bak:5.3f}  {ovrl:5.3f}  {wer:5.3f}  {level:8.2f}")
+        ours, theirs = self.scores[after], self.scores[before]
+        for i, part in enumerate(("SIG", "BAK", "OVRL")):
+            diff = [a[i] - b[i] for a, b in zip(ours, theirs, strict=True)]
+            print(f"{after} - {before}, {part}: {paired(diff)}")
+        levels = zip(self.levels[after], self.levels[before], strict=True)
+        print(f"{after} - {before}, level dB: {paired([a - b for a, b in levels])}")
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--before", type=Path, required=True, help="an .onnx with Kokoro's inputs")
@@ -59,38 +94,18 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--voices", default=",".join(voices()))
     args = parser.parse_args(argv)
     engines = {"before": KokoroEngine(graph=args.before), "after": KokoroEngine(graph=args.after)}
-    rate = engines["before"].sample_rate
-    judges = Judges()
     texts = sentences()
-    scores: dict[str, list[tuple[float, float, float]]] = {name: [] for name in engines}
-    levels: dict[str, list[float]] = {name: [] for name in engines}
-    errors = {name: [0, 0] for name in engines}
+    tally = Tally(Judges(), engines["before"].sample_rate, list(engines))
     apart = []
     for voice in args.voices.split(","):
         for text in texts:
             audio = {name: render(engine, text, voice) for name, engine in engines.items()}
             for name, clip in audio.items():
-                scores[name].append(judges.mos(clip, rate))
-                levels[name].append(level_db(clip))
-                if not re.search(r"\d", text):
-                    wrong, total, _ = judges.wer(clip, rate, text)
-                    errors[name][0] += wrong
-                    errors[name][1] += total
+                tally.add(name, clip, text)
             apart.append(snr_db(audio["after"], audio["before"]))
         print(f"  {voice}: done", file=sys.stderr)
-    clips = len(scores["before"])
-    print(f"{clips} clips: {len(texts)} held-out sentences in {args.voices}")
-    print(f"{'graph':7s}  {'SIG':>5s}  {'BAK':>5s}  {'OVRL':>5s}  {'WER':>5s}  {'level dB':>8s}")
-    for name in engines:
-        sig, bak, ovrl = (statistics.fmean(s[i] for s in scores[name]) for i in range(3))
-        wer = errors[name][0] / max(errors[name][1], 1)
-        level = statistics.fmean(levels[name])
-        print(f"{name:7s}  {sig:5.3f}  {bak:5.3f}  {ovrl:5.3f}  {wer:5.3f}  {level:8.2f}")
-    for i, part in enumerate(("SIG", "BAK", "OVRL")):
-        diff = [a[i] - b[i] for a, b in zip(scores["after"], scores["before"], strict=True)]
-        print(f"after - before, {part}: {paired(diff)}")
-    level_diff = [a - b for a, b in zip(levels["after"], levels["before"], strict=True)]
-    print(f"after - before, level dB: {paired(level_diff)}")
+    print(f"{len(apart)} clips: {len(texts)} held-out sentences in {args.voices}")
+    tally.report("after", "before")
     print(f"SNR of one rendering against the other: median {statistics.median(apart):.1f} dB")
 
 

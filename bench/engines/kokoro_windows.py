@@ -16,7 +16,6 @@
 from __future__ import annotations
 
 import argparse
-import re
 import statistics
 import sys
 import time
@@ -24,7 +23,7 @@ from collections.abc import Iterator, Sequence
 
 import numpy as np
 
-from bench.engines.kokoro_pair import paired, sentences
+from bench.engines.kokoro_pair import Tally, sentences
 from bench.engines.measures import Judges, as_heard, level_db
 from voicews.engines.base import SynthesisOptions
 from voicews.engines.kokoro import KokoroEngine
@@ -68,11 +67,8 @@ def step_db(audio: np.ndarray, at: int) -> float:
 
 
 def judged(engines: dict[str, KokoroEngine], texts: Sequence[str], voices: Sequence[str]) -> None:
-    judges = Judges()
     rate = engines["whole"].sample_rate
-    scores: dict[str, list[tuple[float, float, float]]] = {way: [] for way in WAYS}
-    levels: dict[str, list[float]] = {way: [] for way in WAYS}
-    errors = {way: [0, 0] for way in WAYS}
+    tally = Tally(Judges(), rate, WAYS)
     steps = []
     for voice in voices:
         for text in texts:
@@ -84,27 +80,11 @@ def judged(engines: dict[str, KokoroEngine], texts: Sequence[str], voices: Seque
             audio = {"windows": np.concatenate(windows), "whole": np.concatenate(whole)}
             steps.append(abs(step_db(audio["windows"], join) - step_db(audio["whole"], join)))
             for way, clip in audio.items():
-                heard = as_heard(clip, rate)
-                scores[way].append(judges.mos(heard, rate))
-                levels[way].append(level_db(heard))
-                if not re.search(r"\d", text):
-                    wrong, total, _ = judges.wer(heard, rate, text)
-                    errors[way][0] += wrong
-                    errors[way][1] += total
+                tally.add(way, as_heard(clip, rate), text)
         print(f"  {voice}: done", file=sys.stderr)
     clips = len(steps)
     print(f"\n2. {clips} clips decoded in windows ({len(texts)} sentences in {', '.join(voices)})")
-    print(f"{'':8s}  {'SIG':>5s}  {'BAK':>5s}  {'OVRL':>5s}  {'WER':>5s}  {'level dB':>8s}")
-    for way in WAYS:
-        sig, bak, ovrl = (statistics.fmean(s[i] for s in scores[way]) for i in range(3))
-        wer = errors[way][0] / max(errors[way][1], 1)
-        print(f"{way:8s}  {sig:5.3f}  {bak:5.3f}  {ovrl:5.3f}  {wer:5.3f}  "
-              f"{statistics.fmean(levels[way]):8.2f}")  # fmt: skip
-    for i, part in enumerate(("SIG", "BAK", "OVRL")):
-        diff = [a[i] - b[i] for a, b in zip(scores["windows"], scores["whole"], strict=True)]
-        print(f"windows - whole, {part}: {paired(diff)}")
-    level_diff = [a - b for a, b in zip(levels["windows"], levels["whole"], strict=True)]
-    print(f"windows - whole, level dB: {paired(level_diff)}")
+    tally.report("windows", "whole")
     p90 = sorted(steps)[int(0.9 * len(steps))]
     print(f"level step at the join, less the whole decode's: median {statistics.median(steps):.1f}"
           f" dB, p90 {p90:.1f}")  # fmt: skip
