@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import wave
 from collections.abc import AsyncIterator
 from dataclasses import replace
 from pathlib import Path
@@ -24,6 +23,7 @@ from wyoming.client import AsyncTcpClient
 from wyoming.info import Describe, Info
 from wyoming.tts import Synthesize, SynthesizeVoice
 
+from bench.engines.measures import to_16k
 from conftest import TEST_CONFIG, rms_db, running, timeout
 from voicews.client import RealtimeClient, SpokenTurn
 from voicews.dialects.wyoming import WyomingServer
@@ -174,7 +174,7 @@ def test_the_graph_cut_before_its_decoder_gives_the_whole_graphs_audio() -> None
 
 
 def test_a_long_piece_is_decoded_in_two_windows_heard_as_the_whole(
-    engine: KokoroEngine, recognizer: WhisperModel, tmp_path: Path
+    engine: KokoroEngine, recognizer: WhisperModel
 ) -> None:
     """A piece of 3 s or more gives its first window's audio (up to a word gap near its
     middle, less the fade) before the rest: together as long as the whole decode, its words
@@ -196,14 +196,8 @@ def test_a_long_piece_is_decoded_in_two_windows_heard_as_the_whole(
     # Each window's norms count its own frames: as for the lead's crop (above), within 3 dB.
     assert abs(rms_db(audio) - rms_db(whole)) < 1.0 and np.median(steps) < 3.0
     heard = []
-    for name, clip in (("windows", audio), ("whole", whole)):
-        path = tmp_path / f"{name}.wav"
-        with wave.open(str(path), "wb") as out:
-            out.setnchannels(1)
-            out.setsampwidth(2)
-            out.setframerate(SAMPLE_RATE)
-            out.writeframes((np.clip(clip, -1, 1) * 32767).astype("<i2").tobytes())
-        segments, _ = recognizer.transcribe(str(path), beam_size=1, language="en")
+    for clip in (audio, whole):
+        segments, _ = recognizer.transcribe(to_16k(clip, SAMPLE_RATE), beam_size=1, language="en")
         heard.append(normalized(" ".join(s.text for s in segments)))
     assert heard[0] == heard[1] == normalized(text)
     # A busy worker's pieces are decoded whole (``lean``: segments wait for it).
